@@ -1,0 +1,223 @@
+/* The trove_ API: the malloc family with the error conventions of C, POSIX and glibc.
+ * override.c maps the standard names onto these. */
+#define _GNU_SOURCE
+#include "internal.h"
+#include <errno.h>
+#include <string.h>
+
+void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;
+
+/* ------------------------------------------------------------------ misuse */
+void _trove_free_bad(trove_sb_t *sb, void *p) {
+  const trove_block_t *b = p;
+  if (b->tag == _trove_tag(p))
+    _trove_misuse("double free", p, "the block is already free");
+  else if (sb->kind == TROVE_SPAN_FREE)
+    _trove_misuse("invalid free", p, "it points into free pages");
+  else
+    _trove_misuse("invalid free", p, "not the start of a block trove handed out");
+}
+
+void _trove_free_unmapped(void *p) {
+  if (p == NULL) return;
+  trove_large_t *l = _trove_large_header((uintptr_t)p);
+  if (l && l->user == (uintptr_t)p) {
+    if (l->usable == 0) _trove_misuse("double free", p, "the large block is already free");
+    else _trove_large_free(l);
+    return;
+  }
+  _trove_misuse("invalid free", p, "trove never handed out this address");
+}
+
+/* The run or large header behind a live pointer, validated as free() does; false (after the
+ * misuse report, which may return in warn mode) for a bad pointer. */
+typedef struct { trove_sb_t *sb; trove_large_t *large; } owner_t;
+static bool lookup_live(const void *p, owner_t *o) {
+  uintptr_t a = (uintptr_t)p;
+  o->sb = NULL;
+  o->large = NULL;
+  if (_trove_segmap_kind(a) == TROVE_MAP_SEGMENT) {
+    trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+    if (!_trove_sb_is_block(sb, a) || ((const trove_block_t *)p)->tag == _trove_tag(p)) {
+      _trove_free_bad(sb, (void *)p);
+      return false;
+    }
+    o->sb = sb;
+    return true;
+  }
+  trove_large_t *l = _trove_large_header(a);
+  if (l && l->user == a && l->usable) {
+    o->large = l;
+    return true;
+  }
+  _trove_free_unmapped((void *)p);
+  return false;
+}
+
+/* ------------------------------------------------------------------ malloc family */
+TROVE_API void *trove_malloc(size_t size) { return _trove_malloc_inline(size); }
+TROVE_API void trove_free(void *p) { _trove_free_inline(p); }
+
+static void *alloc_zero(size_t size) {
+  if (size <= TROVE_SMALL_MAX) {
+    void *p = _trove_malloc_inline(size);
+    if (p) memset(p, 0, size);
+    return p;
+  }
+  _trove_init();
+  void *p = size <= TROVE_MEDIUM_MAX ? _trove_malloc_medium(size, 0, true)
+                                     : _trove_large_alloc(size, 0, true);
+  if (p == NULL) _trove_os_set_enomem();
+  return p;
+}
+
+TROVE_API void *trove_calloc(size_t count, size_t size) {
+  size_t total;
+  if (unlikely(__builtin_mul_overflow(count, size, &total))) {
+    _trove_os_set_enomem();
+    return NULL;
+  }
+  return alloc_zero(total);
+}
+
+TROVE_API size_t trove_malloc_usable_size(const void *p) {
+  if (p == NULL) return 0;
+  owner_t o;
+  if (!lookup_live(p, &o)) return 0;
+  return o.sb ? o.sb->bsize : o.large->usable;
+}
+
+static void *realloc_move(void *p, size_t old_usable, size_t size) {
+  void *q = _trove_malloc_inline(size);
+  if (q == NULL) return NULL;              /* the old block stays valid, as C requires */
+  memcpy(q, p, old_usable < size ? old_usable : size);
+  _trove_free_inline(p);
+  return q;
+}
+
+TROVE_API void *trove_realloc(void *p, size_t size) {
+  if (p == NULL) return _trove_malloc_inline(size);
+  if (size == 0) {                         /* glibc: frees and returns NULL */
+    _trove_free_inline(p);
+    return NULL;
+  }
+  owner_t o;
+  if (!lookup_live(p, &o)) return NULL;
+  if (o.large) {
+    if (size > TROVE_MEDIUM_MAX) {
+      void *q = _trove_large_realloc(o.large, size);
+      if (q) return q;
+    }
+    return realloc_move(p, o.large->usable, size);
+  }
+  size_t usable = o.sb->bsize;
+  if (size <= usable && size >= usable / 2) return p;   /* fits, and not too roomy */
+  if (o.sb->kind == TROVE_SPAN_MEDIUM && size > usable && size <= TROVE_MEDIUM_MAX) {
+    size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
+    if (_trove_pages_grow(o.sb, npages)) {               /* the next run was free: grow in place */
+      _trove_sb_set_run(o.sb, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
+      o.sb->requested = size;
+      return p;
+    }
+  }
+  return realloc_move(p, usable, size);
+}
+
+TROVE_API void *trove_reallocarray(void *p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    _trove_os_set_enomem();
+    return NULL;
+  }
+  return trove_realloc(p, total);
+}
+
+static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
+
+/* Blocks of a class are aligned to the largest power of two dividing the class size (runs
+ * start on 8 KiB pages), so small aligned requests just pick such a class. */
+static void *alloc_aligned(size_t align, size_t size) {
+  if (align <= 16 && (size & 15) == 0) return _trove_malloc_inline(size);
+  if (size == 0) size = 1;
+  if (size > TROVE_MAX_ALLOC || align > TROVE_MAX_ALLOC) goto enomem;
+  size_t rounded = (size + align - 1) & ~(align - 1);
+  if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
+    size_t cls = _trove_size_class(rounded);
+    while (cls < TROVE_CLASSES && _trove_class_size[cls] % align) cls++;
+    if (cls < TROVE_CLASSES) return _trove_malloc_inline(_trove_class_size[cls]);
+  }
+  _trove_init();
+  void *p;
+  if (rounded <= TROVE_MEDIUM_MAX && align <= TROVE_MEDIUM_MAX) {
+    p = _trove_malloc_medium(rounded > TROVE_SMALL_MAX ? rounded : TROVE_SMALL_MAX + 1, align,
+                             false);
+  } else {
+    p = _trove_large_alloc(size, align, false);
+  }
+  if (p) return p;
+enomem:
+  _trove_os_set_enomem();
+  return NULL;
+}
+
+TROVE_API int trove_posix_memalign(void **out, size_t align, size_t size) {
+  if (!is_pow2(align) || align % sizeof(void *)) return EINVAL;
+  int saved = errno;
+  void *p = alloc_aligned(align, size);
+  if (p == NULL) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+TROVE_API void *trove_aligned_alloc(size_t align, size_t size) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return alloc_aligned(align, size);
+}
+
+TROVE_API void *trove_memalign(size_t align, size_t size) {
+  if (align <= 16) return _trove_malloc_inline(size);
+  if (!is_pow2(align)) {                   /* glibc rounds up to a power of two */
+    size_t a = 1;
+    while (a < align && a) a <<= 1;
+    if (a == 0) {
+      errno = EINVAL;
+      return NULL;
+    }
+    align = a;
+  }
+  return alloc_aligned(align, size);
+}
+
+TROVE_API void *trove_valloc(size_t size) { return alloc_aligned(_trove_os_page_size(), size); }
+
+TROVE_API void *trove_pvalloc(size_t size) {
+  size_t ps = _trove_os_page_size();
+  if (size > TROVE_MAX_ALLOC) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t rounded = (size + ps - 1) & ~(ps - 1);
+  return alloc_aligned(ps, rounded ? rounded : ps);
+}
+
+TROVE_API int trove_malloc_trim(size_t pad) {
+  (void)pad;
+  size_t before = atomic_load(&_trove_os_purged_total) + atomic_load(&_trove_os_mapped);
+  _trove_init();
+  _trove_heap_collect(_trove_tls_heap, true);
+  size_t after = atomic_load(&_trove_os_purged_total) + atomic_load(&_trove_os_mapped);
+  return after != before;
+}
+
+TROVE_API void trove_collect(void) {
+  _trove_init();
+  _trove_heap_collect(_trove_tls_heap, true);
+}
+
+TROVE_API const char *trove_version(void) { return "trove 0.1"; }

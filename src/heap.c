@@ -1,0 +1,501 @@
+/* Thread heaps, the shared pool, and the blowup rule.
+ *
+ * Ownership: every small superblock is owned by at most one heap (its `heap` field) and only
+ * that heap's thread allocates from it, so two threads never carve blocks from the same cache
+ * lines (no allocator-induced false sharing, Hoard 2.1). A superblock in the shared pool is
+ * owned by none; the pool lock guards it there.
+ *
+ * Remote frees: a thread freeing a block of a superblock it does not own pushes the block onto
+ * the owner heap's `remote` queue (one CAS, lock-free); the owner takes the whole queue with one
+ * exchange on its slow path and frees each block locally (LLAlloc's idea). A block of a pool
+ * superblock goes onto that superblock's thread_free instead. A block in flight still counts
+ * in its superblock's `used`, so the superblock cannot be freed under it; a block that reaches
+ * a heap that no longer owns its superblock is forwarded.
+ *
+ * Blowup (Hoard 3.1): a superblock whose live blocks drop below (1-f) of its capacity is
+ * "sparse". A heap keeps at most K sparse superblocks; past that it moves its emptiest one to
+ * the pool, where any thread adopts it for the same size class, and an empty superblock goes
+ * back to the page heap for any size class. Hence for each heap the memory not in sparse,
+ * current or cached superblocks is at most u/(1-f), and
+ *     A <= U/(1-f) + P * (K + C + E) * S
+ * with C current superblocks (at most one per size class in use) and E cached empty ones per
+ * heap: O(U + P), independent of the run's length. docs/DESIGN.md derives it. */
+#include "internal.h"
+#include <limits.h>
+#include <string.h>
+
+trove_sb_t _trove_sb_empty;
+trove_heap_t _trove_heap_empty = {
+    .direct = {[0 ... TROVE_DIRECT_SLOTS - 1] = &_trove_sb_empty},
+    .cur = {[0 ... TROVE_CLASSES - 1] = &_trove_sb_empty},
+};
+__thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))) =
+    &_trove_heap_empty;
+
+pthread_mutex_t _trove_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t _trove_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+trove_heap_t *_trove_heaps_all;
+trove_sb_t *_trove_pool[TROVE_CLASSES];
+static trove_heap_t *heaps_free;
+static uint8_t *heap_chunk;
+static size_t heap_chunk_left;
+static uint32_t heap_next_id;
+static _Atomic uint64_t next_purge_ms;
+extern pthread_key_t _trove_thread_key;
+void _trove_fork_register(void) TROVE_HIDDEN;
+
+/* ------------------------------------------------------------------ intrusive lists */
+static void list_push(trove_sb_t **head, trove_sb_t *sb) {
+  sb->prev = NULL;
+  sb->next = *head;
+  if (*head) (*head)->prev = sb;
+  *head = sb;
+}
+static void list_remove(trove_sb_t **head, trove_sb_t *sb) {
+  if (sb->prev) sb->prev->next = sb->next; else *head = sb->next;
+  if (sb->next) sb->next->prev = sb->prev;
+  sb->next = sb->prev = NULL;
+}
+
+static int32_t sparse_threshold(const trove_sb_t *sb) {
+  return (int32_t)(((uint64_t)sb->capacity * (uint64_t)(100 - TROVE_OPT(BLOWUP_F_PCT))) / 100);
+}
+
+/* ------------------------------------------------------------------ current superblocks */
+static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
+  if (sb != &_trove_sb_empty) {
+    sb->state = TROVE_SB_CURRENT;
+    sb->trigger = 0;            /* the current superblock never leaves on a free */
+  }
+  h->cur[cls] = sb;
+  size_t bs = _trove_class_size[cls];
+  if (bs <= TROVE_DIRECT_MAX) {
+    size_t lo = cls == 1 ? 0 : _trove_class_size[cls - 1] / 8 + 1;
+    for (size_t i = lo; i <= bs / 8; i++) h->direct[i] = sb;
+  }
+}
+
+/* ------------------------------------------------------------------ pool */
+static void pool_put_locked(trove_sb_t *sb) {
+  sb->state = TROVE_SB_POOL;
+  atomic_store_explicit(&sb->heap, NULL, memory_order_release);
+  list_push(&_trove_pool[sb->cls], sb);
+}
+
+static void sb_to_page_heap(trove_sb_t *sb) { _trove_pages_free(sb); }
+
+/* An owned superblock leaves its heap: empty ones go back to the page heap, others to the pool. */
+static void sb_release(trove_sb_t *sb) {
+  sb->used -= (int32_t)_trove_sb_collect(sb);
+  if (sb->used == 0) {
+    atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
+    sb_to_page_heap(sb);
+    return;
+  }
+  pthread_mutex_lock(&_trove_pool_lock);
+  pool_put_locked(sb);
+  pthread_mutex_unlock(&_trove_pool_lock);
+}
+
+/* Take a pool superblock of class `cls` with a free block, or NULL. */
+static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
+  if (__atomic_load_n(&_trove_pool[cls], __ATOMIC_RELAXED) == NULL) return NULL;
+  trove_sb_t *found = NULL;
+  pthread_mutex_lock(&_trove_pool_lock);
+  int scanned = 0;
+  for (trove_sb_t *sb = _trove_pool[cls], *next; sb && scanned < 16; sb = next, scanned++) {
+    next = sb->next;
+    sb->used -= (int32_t)_trove_sb_collect(sb);
+    if (sb->used < (int32_t)sb->capacity) {
+      list_remove(&_trove_pool[cls], sb);
+      atomic_store_explicit(&sb->heap, h, memory_order_release);
+      found = sb;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&_trove_pool_lock);
+  if (found) h->c.adopted++;
+  return found;
+}
+
+/* Collect remote frees of pool superblocks and give empty ones back (any thread, on a tick).
+ * Also forwards what is left in the queues of heaps whose threads exited. */
+void _trove_pool_sweep(void) {
+  trove_sb_t *empty = NULL;
+  pthread_mutex_lock(&_trove_pool_lock);
+  for (size_t c = 1; c < TROVE_CLASSES; c++)
+    for (trove_sb_t *sb = _trove_pool[c], *next; sb; sb = next) {
+      next = sb->next;
+      sb->used -= (int32_t)_trove_sb_collect(sb);
+      if (sb->used == 0) {
+        list_remove(&_trove_pool[c], sb);
+        sb->next = empty;
+        empty = sb;
+      }
+    }
+  pthread_mutex_unlock(&_trove_pool_lock);
+  while (empty) {
+    trove_sb_t *next = empty->next;
+    sb_to_page_heap(empty);
+    empty = next;
+  }
+  pthread_mutex_lock(&_trove_heaps_lock);
+  for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
+    if (h->alive || h->orphan || atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
+      continue;
+    trove_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+    while (b) {
+      trove_block_t *next = b->next;
+      uintptr_t a = (uintptr_t)b;
+      _trove_free_other(_trove_sb_of(_trove_segment_of(a), a), b);
+      b = next;
+    }
+  }
+  pthread_mutex_unlock(&_trove_heaps_lock);
+}
+
+/* ------------------------------------------------------------------ empty superblocks */
+static void sb_empty(trove_heap_t *h, trove_sb_t *sb) {
+  if (h->ncached < TROVE_EMPTY_CACHE) {
+    sb->state = TROVE_SB_CACHED;
+    sb->freed_at = _trove_os_now_ms();
+    list_push(&h->cached, sb);
+    h->ncached++;
+    return;
+  }
+  atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
+  sb_to_page_heap(sb);
+}
+
+static void cache_trim(trove_heap_t *h, bool all) {
+  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  for (trove_sb_t *sb = h->cached, *next; sb; sb = next) {
+    next = sb->next;
+    if (all || now - sb->freed_at >= delay) {
+      list_remove(&h->cached, sb);
+      h->ncached--;
+      atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
+      sb_to_page_heap(sb);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ the blowup rule */
+static void sparse_release_emptiest(trove_heap_t *h) {
+  trove_sb_t *min = h->sparse;
+  for (trove_sb_t *sb = h->sparse; sb; sb = sb->next)
+    if (sb->used < min->used) min = sb;
+  list_remove(&h->sparse, min);
+  h->nsparse--;
+  h->c.released++;
+  sb_release(min);
+}
+
+static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
+  sb->state = TROVE_SB_SPARSE;
+  sb->trigger = 1;                         /* next slow free: when it becomes empty */
+  list_push(&h->sparse, sb);
+  if (++h->nsparse > (uint32_t)TROVE_OPT(BLOWUP_K)) sparse_release_emptiest(h);
+}
+
+/* A local free took `used` below the superblock's trigger. */
+static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
+  switch (sb->state) {
+  case TROVE_SB_FULL:
+    list_remove(&h->lists[sb->cls].full, sb);
+    if (sb->used < sparse_threshold(sb)) {
+      make_sparse(h, sb);
+    } else {
+      sb->state = TROVE_SB_PARTIAL;
+      sb->trigger = sparse_threshold(sb);
+      list_push(&h->lists[sb->cls].partial, sb);
+    }
+    break;
+  case TROVE_SB_PARTIAL:
+    list_remove(&h->lists[sb->cls].partial, sb);
+    make_sparse(h, sb);
+    break;
+  case TROVE_SB_SPARSE:
+    if (sb->used == 0) {
+      list_remove(&h->sparse, sb);
+      h->nsparse--;
+      sb_empty(h, sb);
+    }
+    break;
+  default:
+    break;
+  }
+}
+
+void _trove_free_slow(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
+  (void)b;
+  sb_underflow(h, sb);
+}
+
+static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
+  b->next = sb->local_free;
+  sb->local_free = b;
+  if (--sb->used < sb->trigger) sb_underflow(h, sb);
+}
+
+/* ------------------------------------------------------------------ remote frees */
+static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b) {
+  trove_block_t *head = atomic_load_explicit(list, memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(list, &head, b, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* A free from a thread that does not own the block's superblock (or of a medium object). The
+ * block's tag is already written. */
+void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
+  if (sb->kind == TROVE_SPAN_MEDIUM) {
+    _trove_pages_free(sb);
+    return;
+  }
+  trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
+  if (owner != NULL) push_block(&owner->remote, b);
+  else push_block(&sb->thread_free, b);
+}
+
+static void drain_remote(trove_heap_t *h) {
+  if (atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL) return;
+  trove_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+  while (b) {
+    trove_block_t *next = b->next;
+    uintptr_t a = (uintptr_t)b;
+    trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+    if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == h) free_local(h, sb, b);
+    else _trove_free_other(sb, b);           /* it changed hands: forward */
+    h->c.remote_frees++;
+    b = next;
+  }
+}
+
+/* ------------------------------------------------------------------ heap life cycle */
+static void heap_reset(trove_heap_t *h) {
+  for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = &_trove_sb_empty;
+  for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
+  memset(h->lists, 0, sizeof h->lists);
+  h->sparse = h->cached = NULL;
+  h->nsparse = h->ncached = 0;
+}
+
+static trove_heap_t *heap_acquire(void) {
+  pthread_mutex_lock(&_trove_heaps_lock);
+  trove_heap_t *h = heaps_free;
+  if (h) {
+    heaps_free = h->next_free;
+  } else {
+    size_t sz = (sizeof(trove_heap_t) + TROVE_CACHE_LINE - 1) & ~(size_t)(TROVE_CACHE_LINE - 1);
+    if (heap_chunk_left < sz) {
+      heap_chunk = _trove_os_map(256 * 1024);
+      heap_chunk_left = heap_chunk ? 256 * 1024 : 0;
+    }
+    if (heap_chunk_left >= sz) {
+      h = (trove_heap_t *)heap_chunk;
+      heap_chunk += sz;
+      heap_chunk_left -= sz;
+      h->id = ++heap_next_id;
+      h->next_all = _trove_heaps_all;
+      __atomic_store_n(&_trove_heaps_all, h, __ATOMIC_RELEASE);
+    }
+  }
+  if (h) {
+    heap_reset(h);
+    h->alive = true;
+  }
+  pthread_mutex_unlock(&_trove_heaps_lock);
+  return h;
+}
+
+/* Hand every superblock of `h` back (to the page heap if empty, else to the pool). */
+static void heap_abandon(trove_heap_t *h) {
+  drain_remote(h);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    trove_sb_t *sb = h->cur[c];
+    if (sb != &_trove_sb_empty) sb_release(sb);
+    for (trove_sb_t **lst = &h->lists[c].partial; lst <= &h->lists[c].full; lst++)
+      while (*lst) {
+        sb = *lst;
+        list_remove(lst, sb);
+        sb_release(sb);
+      }
+  }
+  while (h->sparse) {
+    trove_sb_t *sb = h->sparse;
+    list_remove(&h->sparse, sb);
+    sb_release(sb);
+  }
+  cache_trim(h, true);
+  heap_reset(h);
+}
+
+/* pthread key destructor: the thread is exiting. */
+void _trove_heap_thread_done(void *arg) {
+  trove_heap_t *h = arg;
+  if (h == NULL || h == &_trove_heap_empty) return;
+  heap_abandon(h);
+  _trove_tls_heap = &_trove_heap_empty;
+  pthread_mutex_lock(&_trove_heaps_lock);
+  h->alive = false;
+  h->next_free = heaps_free;
+  heaps_free = h;
+  pthread_mutex_unlock(&_trove_heaps_lock);
+}
+
+/* In the child of fork only the forking thread lives. The other threads' heaps may have been
+ * caught in the middle of a list update, so they are not walked: they become orphans, never
+ * reused. Their blocks stay valid; a free of one in the child is queued and kept (a bounded
+ * leak of what the parent's other threads held, as no thread of the child owns it). */
+void _trove_heaps_fork_child(void) {
+  for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
+    if (!h->alive || h == _trove_tls_heap) continue;
+    h->alive = false;
+    h->orphan = true;
+  }
+}
+
+static trove_heap_t *thread_heap_init(void) {
+  _trove_init();
+  trove_heap_t *h = heap_acquire();
+  if (h == NULL) return NULL;
+  _trove_tls_heap = h;
+  pthread_setspecific(_trove_thread_key, h);
+  _trove_fork_register();
+  return h;
+}
+
+/* ------------------------------------------------------------------ purging */
+void _trove_heap_maybe_purge(trove_heap_t *h) {
+  uint64_t now = _trove_os_now_ms();
+  uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
+  if (h->ncached && now - h->cached->freed_at >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS))
+    cache_trim(h, false);
+  if (now < due) return;
+  uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
+  if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
+  _trove_pool_sweep();
+  _trove_pages_purge(false);
+  _trove_large_purge(false);
+  _trove_stats_sample();
+}
+
+void _trove_heap_collect(trove_heap_t *h, bool force) {
+  if (h != &_trove_heap_empty) {
+    drain_remote(h);
+    cache_trim(h, force);
+  }
+  _trove_pool_sweep();
+  _trove_pages_purge(force);
+  _trove_large_purge(force);
+}
+
+/* ------------------------------------------------------------------ the malloc slow path */
+/* A superblock of class `cls` to allocate from: the fullest kinds first (Hoard), then the
+ * pool, then an empty one, then fresh pages. */
+static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls) {
+  trove_sb_t *sb = h->lists[cls].partial;
+  if (sb) {
+    list_remove(&h->lists[cls].partial, sb);
+    return sb;
+  }
+  for (sb = h->sparse; sb; sb = sb->next)
+    if (sb->cls == cls) {
+      list_remove(&h->sparse, sb);
+      h->nsparse--;
+      return sb;
+    }
+  if ((sb = pool_adopt(h, cls)) != NULL) return sb;
+  size_t pages = _trove_class_pages[cls];
+  while ((sb = h->cached) != NULL) {
+    list_remove(&h->cached, sb);
+    h->ncached--;
+    if (sb->npages == pages) {
+      _trove_sb_init(sb, cls);
+      return sb;
+    }
+    atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
+    sb_to_page_heap(sb);
+  }
+  sb = _trove_pages_alloc(pages, 1);
+  if (sb == NULL) return NULL;
+  _trove_sb_init(sb, cls);
+  atomic_store_explicit(&sb->heap, h, memory_order_release);
+  h->c.sb_fresh++;
+  return sb;
+}
+
+/* Refill `sb` from its own lists; false if it has no free block at all. */
+static bool sb_refill(trove_sb_t *sb) {
+  if (sb->local_free == NULL) sb->used -= (int32_t)_trove_sb_collect(sb);
+  if (sb->local_free) {
+    sb->free = sb->local_free;
+    sb->local_free = NULL;
+    return true;
+  }
+  return _trove_sb_extend(sb);
+}
+
+static void *malloc_medium(size_t size, size_t align) {
+  size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
+  size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
+  trove_sb_t *run = _trove_pages_alloc(npages, align_pages);
+  if (run == NULL) return NULL;
+  run->kind = TROVE_SPAN_MEDIUM;
+  run->requested = size;
+  _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
+  atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
+  return (void *)run->start;
+}
+
+void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;
+void *_trove_malloc_medium(size_t size, size_t align, bool zero) {
+  void *p = malloc_medium(size, align);
+  if (p && zero) {
+    trove_sb_t *run = _trove_sb_of(_trove_segment_of((uintptr_t)p), (uintptr_t)p);
+    if (run->dirty) memset(p, 0, run->bsize);
+  }
+  return p;
+}
+
+void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
+  if (unlikely(h == &_trove_heap_empty)) {
+    h = thread_heap_init();
+    if (h == NULL) goto enomem;
+  }
+  h->c.slow_mallocs++;
+  drain_remote(h);
+  if ((++h->tick & 15) == 0) _trove_heap_maybe_purge(h);
+  if (size > TROVE_SMALL_MAX) {
+    void *p = size <= TROVE_MEDIUM_MAX ? malloc_medium(size, 0) : _trove_large_alloc(size, 0, false);
+    if (p == NULL) goto enomem;
+    return p;
+  }
+  size_t cls = _trove_size_class(size);
+  trove_sb_t *sb = h->cur[cls];
+  for (;;) {
+    if (sb->free || (sb != &_trove_sb_empty && sb_refill(sb))) break;
+    if (sb != &_trove_sb_empty) {         /* exhausted: it waits on the full list */
+      sb->state = TROVE_SB_FULL;
+      sb->trigger = INT32_MAX;
+      list_push(&h->lists[cls].full, sb);
+      h->cur[cls] = &_trove_sb_empty;
+    }
+    sb = find_superblock(h, cls);
+    if (sb == NULL) {
+      set_current(h, cls, &_trove_sb_empty);
+      goto enomem;
+    }
+    set_current(h, cls, sb);
+  }
+  trove_block_t *b = sb->free;
+  sb->free = b->next;
+  sb->used++;
+  b->tag = 0;
+  return b;
+enomem:
+  _trove_os_set_enomem();
+  return NULL;
+}

@@ -1,0 +1,76 @@
+/* Process start-up, thread exit and fork.
+ *
+ * Start-up allocates nothing and calls nothing that may allocate: the first malloc can come
+ * from the dynamic loader or libc before main. Options come from /proc/self/environ (os.c).
+ * A thread's heap is set up on its first malloc (the slow path: a new thread's heap pointer is
+ * the constant empty heap, whose lists are all empty); a pthread key's destructor hands the
+ * heap back when the thread exits. pthread_atfork handlers hold every lock across fork(), so
+ * the child finds the allocator consistent. */
+#include "internal.h"
+#include <stdlib.h>
+
+bool _trove_initialized;
+uintptr_t _trove_key;
+pthread_key_t _trove_thread_key;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static _Atomic bool fork_registered;
+
+static void init_body(void) {
+  _trove_size_classes_init();
+  _trove_options_init();
+  _trove_key = (uintptr_t)_trove_os_random();
+  pthread_key_create(&_trove_thread_key, _trove_heap_thread_done);
+  __atomic_store_n(&_trove_initialized, true, __ATOMIC_RELEASE);
+  if (TROVE_OPT(VERBOSE) > 0)
+    _trove_message("trove: initialized (purge delay %ld ms, K=%ld, f=%ld%%)\n",
+                   TROVE_OPT(PURGE_DELAY_MS), TROVE_OPT(BLOWUP_K), TROVE_OPT(BLOWUP_F_PCT));
+}
+
+void _trove_init(void) {
+  if (likely(__atomic_load_n(&_trove_initialized, __ATOMIC_ACQUIRE))) return;
+  pthread_once(&init_once, init_body);
+}
+
+/* ------------------------------------------------------------------ fork */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_pool_lock);
+  pthread_mutex_lock(&_trove_pages_lock);
+  pthread_mutex_lock(&_trove_large_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_pages_lock);
+  pthread_mutex_unlock(&_trove_pool_lock);
+  pthread_mutex_unlock(&_trove_heaps_lock);
+}
+
+static void fork_child(void) {
+  pthread_mutex_init(&_trove_large_lock, NULL);
+  pthread_mutex_init(&_trove_pages_lock, NULL);
+  pthread_mutex_init(&_trove_pool_lock, NULL);
+  pthread_mutex_init(&_trove_heaps_lock, NULL);
+  _trove_heaps_fork_child();
+}
+
+/* Registered from the first thread heap's set-up, not from init_body: pthread_atfork may
+ * allocate, and by then malloc works. */
+void _trove_fork_register(void) TROVE_HIDDEN;
+void _trove_fork_register(void) {
+  if (atomic_load_explicit(&fork_registered, memory_order_relaxed)) return;
+  if (atomic_exchange(&fork_registered, true)) return;
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* ------------------------------------------------------------------ process start and end */
+__attribute__((constructor)) static void trove_constructor(void) {
+  _trove_init();
+  _trove_fork_register();
+}
+
+__attribute__((destructor)) static void trove_destructor(void) {
+  if (TROVE_OPT(SHOW_STATS)) trove_stats_print(stderr);
+  if (_trove_heap_map_path[0] && trove_heap_map_write(_trove_heap_map_path) != 0)
+    _trove_message("trove: warning: could not write the heap map to %s\n", _trove_heap_map_path);
+}

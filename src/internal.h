@@ -1,0 +1,338 @@
+/* trove internals: the types of every layer and the inline fast paths.
+ *
+ *   process ──┬── thread heap (one per thread, no locks)         heap.c
+ *             │     direct[] ─► current superblock per size class
+ *             │     partial / full lists per class, one sparse list
+ *             │     remote queue: blocks freed by other threads (lock-free push)
+ *             ├── shared pool of superblocks (released or abandoned)  heap.c
+ *             ├── page heap: free page runs in segments, coalesced   page_heap.c
+ *             ├── segments: 4 MiB aligned, header + 512 pages of 8 KiB segment.c
+ *             ├── large objects: their own aligned mappings         large.c
+ *             └── OS layer: mmap, munmap, madvise, clock, stderr    os.c
+ *
+ * A pointer's owner is found in O(1): its 4 MiB segment is the pointer with the low 22 bits
+ * cleared, the segment map (a byte per 4 MiB of address space) says whether that is a trove
+ * segment, and the segment header's page map leads to the descriptor of the page run
+ * (superblock or medium object) holding it. Small blocks carry no header.
+ *
+ * Layers, bottom to top: os → segment → page_heap → superblock → heap → large → alloc;
+ * options and stats read all of them; override.c only forwards the standard names.
+ */
+#ifndef TROVE_INTERNAL_H
+#define TROVE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include "trove.h"
+
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define TROVE_NOINLINE __attribute__((noinline))
+#define TROVE_INLINE   static inline __attribute__((always_inline))
+#define TROVE_HIDDEN   __attribute__((visibility("hidden")))
+#define TROVE_API      __attribute__((visibility("default")))
+#define TROVE_CACHE_LINE 64
+
+/* ---------------------------------------------------------------- geometry */
+#define TROVE_SEGMENT_SHIFT 22                         /* 4 MiB segments */
+#define TROVE_SEGMENT_SIZE  ((size_t)1 << TROVE_SEGMENT_SHIFT)
+#define TROVE_SEGMENT_MASK  (TROVE_SEGMENT_SIZE - 1)
+#define TROVE_PAGE_SHIFT    13                         /* 8 KiB pages inside a segment */
+#define TROVE_PAGE_SIZE     ((size_t)1 << TROVE_PAGE_SHIFT)
+#define TROVE_SEGMENT_PAGES (TROVE_SEGMENT_SIZE >> TROVE_PAGE_SHIFT)   /* 512 */
+#define TROVE_VA_BITS       47
+#define TROVE_SEGMAP_SIZE   ((size_t)1 << (TROVE_VA_BITS - TROVE_SEGMENT_SHIFT))
+
+/* Size classes: 16, 32, 48, 64, then 8 classes per doubling up to 64 KiB, so that above 64 B a
+ * block wastes at most 1/8 of the request. Classes between 64 and 128 that are odd multiples
+ * of 8 only ever serve requests that are not multiples of 16, which need no 16-byte alignment. */
+#define TROVE_SMALL_MAX     ((size_t)64 * 1024)
+#define TROVE_CLASSES       85                         /* class 0 unused */
+#define TROVE_DIRECT_MAX    1024                       /* direct[] serves sizes up to this */
+#define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 8 + 1)
+/* Superblock (Hoard's S): 64 KiB for blocks up to 8 KiB; larger classes get runs that hold 8. */
+#define TROVE_SB_SIZE       ((size_t)64 * 1024)
+#define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
+/* Medium objects (above SMALL_MAX) are page runs; above MEDIUM_MAX they get their own mapping. */
+#define TROVE_MEDIUM_MAX    ((size_t)1024 * 1024)
+#define TROVE_MAX_ALLOC     (((size_t)1 << 46))        /* anything larger fails with ENOMEM */
+
+/* ---------------------------------------------------------------- blocks */
+/* A free small block. `tag` is written on free and cleared by malloc, so a block whose tag
+ * equals its address xor the process key is free: a second free of it is a double free. */
+typedef struct trove_block_s {
+  struct trove_block_s *next;
+  uintptr_t tag;
+} trove_block_t;
+
+extern uintptr_t _trove_key;                           /* random per process, set at init */
+TROVE_INLINE uintptr_t _trove_tag(const void *p) { return (uintptr_t)p ^ _trove_key; }
+
+/* ---------------------------------------------------------------- superblocks / page runs */
+typedef enum {
+  TROVE_SPAN_FREE = 0,     /* a free page run in the page heap */
+  TROVE_SPAN_SMALL,        /* a superblock of one size class */
+  TROVE_SPAN_MEDIUM,       /* one medium object */
+} trove_span_kind_t;
+
+typedef enum {             /* where a small superblock is; decides what a free's slow path does */
+  TROVE_SB_CURRENT = 0,    /* its heap allocates from it (heap->cur[cls]) */
+  TROVE_SB_PARTIAL,        /* owned, on the class's partial list */
+  TROVE_SB_SPARSE,         /* owned, f-empty: on the heap's sparse list (at most K of them) */
+  TROVE_SB_FULL,           /* owned, no free block: on the class's full list */
+  TROVE_SB_POOL,           /* in the shared pool, owned by no heap */
+  TROVE_SB_CACHED,         /* empty, kept in its heap's cache of empty superblocks */
+} trove_sb_state_t;
+
+struct trove_heap_s;
+
+/* The descriptor of a page run; lives in the segment header, one per page (only the first
+ * page of a run is used). One cache line of hot fields, so descriptors of superblocks owned
+ * by different threads never share a line. The owner alone touches the hot fields; other
+ * threads only push onto thread_free (pool superblocks) or onto the owner's remote queue. */
+typedef struct trove_sb_s {
+  /* hot: malloc/free fast paths */
+  trove_block_t *free;         /* blocks malloc pops */
+  trove_block_t *local_free;   /* blocks the owner freed; become `free` when it runs out */
+  uintptr_t start;             /* address of block 0 */
+  uint32_t carved;             /* bytes of the run handed to blocks so far (0 for a free run) */
+  uint32_t bsize;              /* block size; for a medium object its usable size */
+  uint64_t recip;              /* ceil(2^40 / bsize): offset -> block index without a divide */
+  int32_t used;                /* live blocks, including remote frees not yet collected */
+  int32_t trigger;             /* a local free slow-paths when `used` drops below this */
+  _Atomic(struct trove_heap_s *) heap;  /* owner; NULL in the pool, for medium and free runs */
+  /* cold: slow paths */
+  _Atomic(trove_block_t *) thread_free __attribute__((aligned(TROVE_CACHE_LINE)));
+  struct trove_sb_s *next, *prev;       /* heap list, pool list or page-heap bin */
+  uint32_t capacity;           /* blocks that fit */
+  uint32_t span_bytes;         /* npages * PAGE */
+  uint16_t page;               /* index of the first page in the segment */
+  uint16_t npages;
+  uint8_t kind;                /* trove_span_kind_t */
+  uint8_t state;               /* trove_sb_state_t */
+  uint8_t cls;
+  uint8_t dirty;               /* free run: touched since the last purge */
+  uint64_t freed_at;           /* free run / cached sb: when it became free (ms) */
+  size_t requested;            /* medium: bytes asked for (stats) */
+} trove_sb_t;
+
+typedef struct trove_segment_s {
+  uint64_t magic;
+  struct trove_segment_s *next, *prev;       /* all segments (page heap lock) */
+  uint32_t free_pages;                       /* pages in free runs */
+  uint32_t first_page;                       /* pages before it hold this header */
+  uint64_t empty_since;                      /* all pages free since (ms), 0 if not */
+  uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
+  trove_sb_t sb[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
+} trove_segment_t;
+
+#define TROVE_SEGMENT_MAGIC 0x65766f7274ull   /* "trove" */
+#define TROVE_HEADER_PAGES ((sizeof(trove_segment_t) + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT)
+
+/* segment map: one byte per 4 MiB of address space (in .bss: untouched parts cost nothing) */
+enum { TROVE_MAP_NONE = 0, TROVE_MAP_SEGMENT = 1, TROVE_MAP_LARGE = 2, TROVE_MAP_LARGE_BELOW = 3 };
+extern uint8_t _trove_segmap[TROVE_SEGMAP_SIZE];
+
+TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a) {
+  uintptr_t i = a >> TROVE_SEGMENT_SHIFT;
+  return likely(i < TROVE_SEGMAP_SIZE) ? _trove_segmap[i] : TROVE_MAP_NONE;
+}
+TROVE_INLINE trove_segment_t *_trove_segment_of(uintptr_t a) {
+  return (trove_segment_t *)(a & ~(uintptr_t)TROVE_SEGMENT_MASK);
+}
+TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
+  size_t page = (a & TROVE_SEGMENT_MASK) >> TROVE_PAGE_SHIFT;
+  return &seg->sb[seg->pagemap[page]];
+}
+/* Is `a` the start of a block of `sb` that has been handed out at least once? Rejects
+ * addresses in headers, free runs, tails and interiors of blocks. */
+TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
+  uintptr_t off = a - sb->start;
+  return likely(off < sb->carved) && likely(((off * sb->recip) >> 40) * sb->bsize == off);
+}
+
+/* ---------------------------------------------------------------- size classes (size_class.c) */
+extern uint32_t _trove_class_size[TROVE_CLASSES];
+extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superblock */
+extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+7)>>3 -> class */
+/* Class of 0 < size <= SMALL_MAX: 16-byte steps to 64, then eighths of each power of two. */
+TROVE_INLINE size_t _trove_size_class(size_t size) {
+  if (size <= 64) return size <= 16 ? 1 : (size + 15) >> 4;
+  size_t s = size - 1;
+  unsigned lg = 63u - (unsigned)__builtin_clzl(s);      /* 2^lg <= s < 2^(lg+1), lg >= 6 */
+  return 4 + (lg - 6) * 8 + ((s >> (lg - 3)) & 7) + 1;
+}
+void _trove_size_classes_init(void);
+
+/* ---------------------------------------------------------------- thread heaps (heap.c) */
+#define TROVE_EMPTY_CACHE 4           /* empty superblocks a heap keeps for reuse */
+
+typedef struct trove_class_lists_s { trove_sb_t *partial, *full; } trove_class_lists_t;
+
+typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
+  size_t slow_mallocs, remote_frees, released, adopted, sb_fresh;
+} trove_heap_counters_t;
+
+typedef struct trove_heap_s {
+  trove_sb_t *direct[TROVE_DIRECT_SLOTS];  /* size (<=1 KiB) -> current superblock */
+  trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
+  /* blocks freed by other threads, pushed lock-free, taken whole by the owner */
+  _Atomic(trove_block_t *) remote __attribute__((aligned(TROVE_CACHE_LINE)));
+  trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
+  trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
+  uint32_t nsparse;
+  uint32_t ncached;
+  trove_sb_t *cached;                      /* empty superblocks kept for any class */
+  uint32_t tick;                           /* slow-path calls, to pace the clock reads */
+  bool alive;                              /* a thread runs on it */
+  bool orphan;                             /* its thread vanished in a fork: never reused */
+  uint32_t id;
+  trove_heap_counters_t c;
+  struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */
+  struct trove_heap_s *next_free;          /* heaps of exited threads, for reuse */
+} trove_heap_t;
+
+extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first malloc */
+extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */
+extern __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec")));
+
+void *_trove_malloc_generic(trove_heap_t *h, size_t size) TROVE_HIDDEN;
+void _trove_free_slow(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) TROVE_HIDDEN;
+void _trove_free_other(trove_sb_t *sb, trove_block_t *b) TROVE_HIDDEN;
+void _trove_free_unmapped(void *p) TROVE_HIDDEN;
+void _trove_heap_thread_done(void *h) TROVE_HIDDEN;
+void _trove_heap_collect(trove_heap_t *h, bool force) TROVE_HIDDEN;
+void _trove_heaps_fork_child(void) TROVE_HIDDEN;
+void _trove_pool_sweep(void) TROVE_HIDDEN;
+void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
+extern pthread_mutex_t _trove_pool_lock, _trove_heaps_lock;
+extern trove_heap_t *_trove_heaps_all;
+extern trove_sb_t *_trove_pool[TROVE_CLASSES];
+
+/* ---------------------------------------------------------------- segments and page heap */
+trove_segment_t *_trove_segment_new(void) TROVE_HIDDEN;          /* page heap lock held */
+void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* page heap lock held */
+trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages) TROVE_HIDDEN;
+void _trove_pages_free(trove_sb_t *run) TROVE_HIDDEN;
+bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */
+void _trove_pages_purge(bool all) TROVE_HIDDEN;
+extern pthread_mutex_t _trove_pages_lock;
+extern trove_segment_t *_trove_segments;
+
+/* superblock.c */
+void _trove_sb_init(trove_sb_t *sb, size_t cls) TROVE_HIDDEN;
+bool _trove_sb_extend(trove_sb_t *sb) TROVE_HIDDEN;
+uint32_t _trove_sb_collect(trove_sb_t *sb) TROVE_HIDDEN;   /* thread_free -> local_free */
+void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) TROVE_HIDDEN;
+
+/* ---------------------------------------------------------------- large objects (large.c) */
+typedef struct trove_large_s {
+  uint64_t magic;
+  size_t map_size;         /* whole mapping */
+  size_t usable;           /* bytes from the user pointer to the end of the mapping */
+  size_t requested;
+  uintptr_t base;          /* mapping start */
+  uintptr_t user;          /* the pointer handed out */
+  uint64_t freed_at;       /* in the cache: when it was freed (ms) */
+  struct trove_large_s *next, *prev;
+} trove_large_t;
+#define TROVE_LARGE_MAGIC 0x656772616cull
+void *_trove_large_alloc(size_t size, size_t align, bool zero) TROVE_HIDDEN;
+trove_large_t *_trove_large_header(uintptr_t a) TROVE_HIDDEN;    /* NULL if not large */
+void _trove_large_free(trove_large_t *l) TROVE_HIDDEN;
+void *_trove_large_realloc(trove_large_t *l, size_t size) TROVE_HIDDEN;
+void _trove_large_purge(bool all) TROVE_HIDDEN;
+extern pthread_mutex_t _trove_large_lock;
+
+/* ---------------------------------------------------------------- OS layer (os.c) */
+void *_trove_os_map(size_t size) TROVE_HIDDEN;                   /* NULL on failure */
+void *_trove_os_map_aligned(size_t size, size_t align) TROVE_HIDDEN;
+void _trove_os_unmap(void *p, size_t size) TROVE_HIDDEN;
+void _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents, keep range */
+void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
+bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;
+uint64_t _trove_os_now_ms(void) TROVE_HIDDEN;
+uint64_t _trove_os_random(void) TROVE_HIDDEN;
+size_t _trove_os_rss(void) TROVE_HIDDEN;                         /* bytes, 0 if unknown */
+void _trove_os_write_stderr(const char *s, size_t n) TROVE_HIDDEN;
+const char *_trove_os_getenv(const char *name) TROVE_HIDDEN;     /* no allocation */
+const char *_trove_os_env_next(size_t *cursor) TROVE_HIDDEN;
+int _trove_os_open_write(const char *path) TROVE_HIDDEN;
+void _trove_os_write_fd(int fd, const char *s, size_t n) TROVE_HIDDEN;
+void _trove_os_close(int fd) TROVE_HIDDEN;
+void _trove_os_set_enomem(void) TROVE_HIDDEN;
+size_t _trove_os_page_size(void) TROVE_HIDDEN;
+/* bytes mapped and purged, for stats (relaxed atomics, slow paths only) */
+extern _Atomic size_t _trove_os_mapped, _trove_os_purged_now, _trove_os_peak_mapped;
+extern _Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;
+
+/* ---------------------------------------------------------------- options (options.c) */
+typedef enum {
+  TROVE_OPT_PURGE_DELAY_MS, TROVE_OPT_BLOWUP_K, TROVE_OPT_BLOWUP_F_PCT, TROVE_OPT_SHOW_STATS,
+  TROVE_OPT_VERBOSE, TROVE_OPT_ON_MISUSE, TROVE_OPT_DIRTY_MAX_MB, TROVE_OPT_LARGE_CACHE_MB,
+  TROVE_OPT_COUNT
+} trove_option_t;
+enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
+extern long _trove_options[TROVE_OPT_COUNT];
+extern char _trove_heap_map_path[256];
+#define TROVE_OPT(o) (_trove_options[TROVE_OPT_##o])
+void _trove_options_init(void) TROVE_HIDDEN;
+void _trove_message(const char *fmt, ...) TROVE_HIDDEN __attribute__((format(printf, 1, 2)));
+void _trove_misuse(const char *what, const void *p, const char *detail) TROVE_HIDDEN;
+int _trove_snprintf(char *buf, size_t n, const char *fmt, ...) TROVE_HIDDEN
+    __attribute__((format(printf, 3, 4)));
+
+/* ---------------------------------------------------------------- init (init.c) */
+extern bool _trove_initialized;
+void _trove_init(void) TROVE_HIDDEN;
+void _trove_stats_sample(void) TROVE_HIDDEN;    /* slow path: update peaks */
+
+/* ---------------------------------------------------------------- the fast paths */
+/* malloc: pop the current superblock's free list. Everything else (first call of a thread,
+ * an empty list, medium and large sizes) is _trove_malloc_generic. */
+TROVE_INLINE void *_trove_malloc_inline(size_t size) {
+  trove_heap_t *h = _trove_tls_heap;
+  trove_sb_t *sb;
+  if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 7) >> 3];
+  else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_size_class(size)];
+  else return _trove_malloc_generic(h, size);
+  trove_block_t *b = sb->free;
+  if (unlikely(b == NULL)) return _trove_malloc_generic(h, size);
+  sb->free = b->next;
+  sb->used++;
+  b->tag = 0;
+  return b;
+}
+
+void _trove_free_bad(trove_sb_t *sb, void *p) TROVE_HIDDEN;
+
+/* free: validate (ours, a block start, not already free), tag the block as free, then push it
+ * on the owner's local list; a block of another heap's superblock takes _trove_free_other. */
+TROVE_INLINE void _trove_free_inline(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (unlikely(_trove_segmap_kind(a) != TROVE_MAP_SEGMENT)) {
+    _trove_free_unmapped(p);                 /* NULL, large objects, foreign pointers */
+    return;
+  }
+  trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+  trove_block_t *b = (trove_block_t *)p;
+  uintptr_t tag = _trove_tag(p);
+  if (unlikely(!_trove_sb_is_block(sb, a) || b->tag == tag)) {
+    _trove_free_bad(sb, p);
+    return;
+  }
+  b->tag = tag;
+  trove_heap_t *h = _trove_tls_heap;
+  if (likely(atomic_load_explicit(&sb->heap, memory_order_relaxed) == h)) {
+    b->next = sb->local_free;
+    sb->local_free = b;
+    if (unlikely(--sb->used < sb->trigger)) _trove_free_slow(h, sb, b);
+    return;
+  }
+  _trove_free_other(sb, b);
+}
+
+#endif

@@ -1,0 +1,200 @@
+/* Large objects (above 1 MiB): each in its own mapping, aligned to 4 MiB so that the segment
+ * map finds its header from the pointer. Freed mappings are cached briefly (a few, bounded by
+ * LARGE_CACHE_MB) for reuse by a request of about the same size, and unmapped after the purge
+ * delay. realloc grows in place with mremap where the address space allows, else moves the
+ * pages with mremap into a fresh aligned range: no copying either way. */
+#include "internal.h"
+#include <string.h>
+
+#define TROVE_LARGE_HEADER 128       /* user pointer offset when no larger alignment is asked */
+#define TROVE_LARGE_CACHE_MAX 8
+
+pthread_mutex_t _trove_large_lock = PTHREAD_MUTEX_INITIALIZER;
+static trove_large_t *live, *cache;
+static size_t cache_count, cache_bytes;
+size_t _trove_large_live_count, _trove_large_live_bytes;
+void _trove_segmap_set_large(uintptr_t region, uint8_t kind) TROVE_HIDDEN;
+
+static size_t round_os(size_t n) { return (n + 4095) & ~(size_t)4095; }
+
+static void list_push(trove_large_t **head, trove_large_t *l) {
+  l->prev = NULL;
+  l->next = *head;
+  if (*head) (*head)->prev = l;
+  *head = l;
+}
+static void list_remove(trove_large_t **head, trove_large_t *l) {
+  if (l->prev) l->prev->next = l->next; else *head = l->next;
+  if (l->next) l->next->prev = l->prev;
+}
+
+static trove_large_t *header_at(uintptr_t user) {
+  unsigned kind = _trove_segmap_kind(user);
+  if (kind == TROVE_MAP_LARGE) return (trove_large_t *)(user & ~(uintptr_t)TROVE_SEGMENT_MASK);
+  if (kind == TROVE_MAP_LARGE_BELOW)
+    return (trove_large_t *)((user & ~(uintptr_t)TROVE_SEGMENT_MASK) - TROVE_SEGMENT_SIZE);
+  return NULL;
+}
+
+trove_large_t *_trove_large_header(uintptr_t a) {
+  trove_large_t *l = header_at(a);
+  return l && l->magic == TROVE_LARGE_MAGIC ? l : NULL;
+}
+
+static void large_register(trove_large_t *l) {
+  _trove_segmap_set_large(l->user, (l->user - l->base) >= TROVE_SEGMENT_SIZE ? TROVE_MAP_LARGE_BELOW
+                                                                          : TROVE_MAP_LARGE);
+}
+
+static void large_unmap(trove_large_t *l) {
+  _trove_segmap_set_large(l->user, TROVE_MAP_NONE);
+  _trove_os_unmap((void *)l->base, l->map_size);
+}
+
+static trove_large_t *cache_take(size_t size) {
+  for (trove_large_t *l = cache; l; l = l->next) {
+    size_t cap = l->map_size - TROVE_LARGE_HEADER;
+    if (l->user - l->base == TROVE_LARGE_HEADER && cap >= size && cap - size <= size / 4) {
+      list_remove(&cache, l);
+      cache_count--;
+      cache_bytes -= l->map_size;
+      return l;
+    }
+  }
+  return NULL;
+}
+
+void *_trove_large_alloc(size_t size, size_t align, bool zero) {
+  if (size > TROVE_MAX_ALLOC || align > TROVE_MAX_ALLOC) return NULL;
+  size_t off = align > TROVE_LARGE_HEADER ? align : TROVE_LARGE_HEADER;
+  pthread_mutex_lock(&_trove_large_lock);
+  trove_large_t *l = off == TROVE_LARGE_HEADER ? cache_take(size) : NULL;
+  pthread_mutex_unlock(&_trove_large_lock);
+  if (l) {
+    if (zero) memset((void *)l->user, 0, size);
+  } else {
+    size_t map_size = round_os(off + size);
+    uintptr_t base;
+    if (off < TROVE_SEGMENT_SIZE) {
+      base = (uintptr_t)_trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
+      if (!base) return NULL;
+      l = (trove_large_t *)base;
+    } else {                      /* header in the 4 MiB just below the aligned pointer */
+      base = (uintptr_t)_trove_os_map_aligned(map_size, off);
+      if (!base) return NULL;
+      l = (trove_large_t *)(base + off - TROVE_SEGMENT_SIZE);
+    }
+    if (((base + map_size) >> TROVE_SEGMENT_SHIFT) >= TROVE_SEGMAP_SIZE) {
+      _trove_os_unmap((void *)base, map_size);
+      return NULL;
+    }
+    l->magic = TROVE_LARGE_MAGIC;
+    l->base = base;
+    l->map_size = map_size;
+    l->user = base + off;
+    large_register(l);
+  }
+  l->usable = l->base + l->map_size - l->user;
+  l->requested = size;
+  pthread_mutex_lock(&_trove_large_lock);
+  list_push(&live, l);
+  _trove_large_live_count++;
+  _trove_large_live_bytes += l->usable;
+  pthread_mutex_unlock(&_trove_large_lock);
+  return (void *)l->user;
+}
+
+void _trove_large_free(trove_large_t *l) {
+  pthread_mutex_lock(&_trove_large_lock);
+  list_remove(&live, l);
+  _trove_large_live_count--;
+  _trove_large_live_bytes -= l->usable;
+  l->requested = 0;
+  size_t cache_max = (size_t)TROVE_OPT(LARGE_CACHE_MB) << 20;
+  if (l->user - l->base == TROVE_LARGE_HEADER && cache_count < TROVE_LARGE_CACHE_MAX &&
+      cache_bytes + l->map_size <= cache_max) {
+    l->usable = 0;                          /* marks it free: a second free is a double free */
+    l->next = l->prev = NULL;
+    uint64_t now = _trove_os_now_ms();
+    l->magic = TROVE_LARGE_MAGIC;
+    list_push(&cache, l);
+    cache_count++;
+    cache_bytes += l->map_size;
+    l->freed_at = now;
+    pthread_mutex_unlock(&_trove_large_lock);
+    return;
+  }
+  pthread_mutex_unlock(&_trove_large_lock);
+  large_unmap(l);
+}
+
+void _trove_large_purge(bool all) {
+  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  trove_large_t *drop = NULL;
+  pthread_mutex_lock(&_trove_large_lock);
+  for (trove_large_t *l = cache, *next; l; l = next) {
+    next = l->next;
+    if (all || now - l->freed_at >= delay) {
+      list_remove(&cache, l);
+      cache_count--;
+      cache_bytes -= l->map_size;
+      l->next = drop;
+      drop = l;
+    }
+  }
+  pthread_mutex_unlock(&_trove_large_lock);
+  while (drop) {
+    trove_large_t *next = drop->next;
+    large_unmap(drop);
+    drop = next;
+  }
+}
+
+/* Returns the (possibly moved) pointer, or NULL if the caller must allocate and copy. */
+void *_trove_large_realloc(trove_large_t *l, size_t size) {
+  size_t off = l->user - l->base;
+  if (off != TROVE_LARGE_HEADER || size > TROVE_MAX_ALLOC) return NULL;
+  size_t map_size = round_os(off + size);
+  pthread_mutex_lock(&_trove_large_lock);
+  if (map_size <= l->map_size) {
+    if (l->map_size - map_size >= ((size_t)1 << 20)) {   /* shrink: give the tail back */
+      _trove_os_unmap((void *)(l->base + map_size), l->map_size - map_size);
+      l->map_size = map_size;
+    }
+  } else if (_trove_os_grow_in_place((void *)l->base, l->map_size, map_size)) {
+    l->map_size = map_size;
+  } else {
+    /* Move the pages: reserve an aligned range, then mremap the mapping over it. */
+    void *target = _trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
+    if (target == NULL) goto fail;
+    uintptr_t old_user = l->user;
+    void *moved = _trove_os_remap((void *)l->base, l->map_size, map_size, target);
+    if (moved == NULL) {
+      _trove_os_unmap(target, map_size);
+      goto fail;
+    }
+    _trove_segmap_set_large(old_user, TROVE_MAP_NONE);
+    l = (trove_large_t *)moved;
+    if (l->prev) l->prev->next = l; else live = l;
+    if (l->next) l->next->prev = l;
+    l->base = (uintptr_t)moved;
+    l->user = l->base + off;
+    l->map_size = map_size;
+    large_register(l);
+  }
+  _trove_large_live_bytes -= l->usable;
+  l->usable = l->base + l->map_size - l->user;
+  _trove_large_live_bytes += l->usable;
+  l->requested = size;
+  pthread_mutex_unlock(&_trove_large_lock);
+  return (void *)l->user;
+fail:
+  pthread_mutex_unlock(&_trove_large_lock);
+  return NULL;
+}
+
+/* stats.c and the heap map walk the live list under the lock. */
+trove_large_t *_trove_large_live(void) TROVE_HIDDEN;
+trove_large_t *_trove_large_live(void) { return live; }
+size_t _trove_large_cached_bytes(void) TROVE_HIDDEN;
+size_t _trove_large_cached_bytes(void) { return cache_bytes; }

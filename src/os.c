@@ -1,0 +1,216 @@
+/* The OS layer: the only file that talks to the kernel. Every primitive is allocation-free and
+ * safe to call before the C library is initialized (from the dynamic loader's first malloc).
+ *
+ * Contracts:
+ *  - map/map_aligned: fresh zeroed read-write memory, or NULL (errno untouched) on failure.
+ *  - purge: the range stays mapped and reads back as zeros; its physical pages go back now
+ *    (MADV_DONTNEED, so RSS drops at once rather than under memory pressure).
+ *  - remap: moves a mapping onto `target`, a range of new_size from map_aligned that it
+ *    replaces, without copying pages.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+_Atomic size_t _trove_os_mapped, _trove_os_purged_now, _trove_os_peak_mapped;
+_Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;
+
+static void note_mapped(ptrdiff_t delta) {
+  size_t now = atomic_fetch_add_explicit(&_trove_os_mapped, (size_t)delta, memory_order_relaxed) +
+               (size_t)delta;
+  size_t peak = atomic_load_explicit(&_trove_os_peak_mapped, memory_order_relaxed);
+  while (delta > 0 && now > peak &&
+         !atomic_compare_exchange_weak_explicit(&_trove_os_peak_mapped, &peak, now,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+static void *raw_map(size_t size) {
+  int saved = errno;
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  errno = saved;
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void raw_unmap(void *p, size_t size) {
+  int saved = errno;
+  munmap(p, size);
+  errno = saved;
+}
+
+void *_trove_os_map(size_t size) {
+  void *p = raw_map(size);
+  if (p) note_mapped((ptrdiff_t)size);
+  return p;
+}
+
+/* Over-map by `align` and trim both ends: costs address space only, never memory. */
+void *_trove_os_map_aligned(size_t size, size_t align) {
+  if (size + align < size) return NULL;
+  uint8_t *p = raw_map(size + align);
+  if (p == NULL) return NULL;
+  uintptr_t a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+  size_t head = a - (uintptr_t)p, tail = align - head;
+  if (head) raw_unmap(p, head);
+  if (tail) raw_unmap((uint8_t *)a + size, tail);
+  note_mapped((ptrdiff_t)size);
+  return (void *)a;
+}
+
+void _trove_os_unmap(void *p, size_t size) {
+  raw_unmap(p, size);
+  note_mapped(-(ptrdiff_t)size);
+}
+
+void _trove_os_purge(void *p, size_t size) {
+  int saved = errno;
+  madvise(p, size, MADV_DONTNEED);
+  errno = saved;
+  atomic_fetch_add_explicit(&_trove_os_purge_calls, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&_trove_os_purged_total, size, memory_order_relaxed);
+}
+
+void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) {
+  int saved = errno;
+  void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  errno = saved;
+  if (p == MAP_FAILED) return NULL;
+  note_mapped(-(ptrdiff_t)old_size);     /* the reservation at target is replaced, not added */
+  return p;
+}
+
+bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) {
+  int saved = errno;
+  void *q = mremap(p, old_size, new_size, 0);
+  errno = saved;
+  if (q == MAP_FAILED) return false;
+  note_mapped((ptrdiff_t)new_size - (ptrdiff_t)old_size);
+  return true;
+}
+
+uint64_t _trove_os_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t _trove_os_random(void) {
+  uint64_t r = 0;
+  int saved = errno;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&r;
+  }
+  errno = saved;
+  return r | 1;
+}
+
+size_t _trove_os_page_size(void) { return 4096; }
+
+static ssize_t read_file(const char *path, char *buf, size_t n) {
+  int saved = errno;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t got = -1;
+  if (fd >= 0) {
+    got = 0;
+    while ((size_t)got < n - 1) {
+      ssize_t r = read(fd, buf + got, n - 1 - (size_t)got);
+      if (r <= 0) break;
+      got += r;
+    }
+    close(fd);
+    buf[got] = 0;
+  }
+  errno = saved;
+  return got;
+}
+
+size_t _trove_os_rss(void) {
+  char buf[128];
+  if (read_file("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  const char *s = buf;
+  while (*s && *s != ' ') s++;          /* skip the size field */
+  size_t pages = 0;
+  while (*s == ' ') s++;
+  while (*s >= '0' && *s <= '9') pages = pages * 10 + (size_t)(*s++ - '0');
+  return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+void _trove_os_write_stderr(const char *s, size_t n) { _trove_os_write_fd(2, s, n); }
+
+void _trove_os_write_fd(int fd, const char *s, size_t n) {
+  int saved = errno;
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w <= 0) break;
+    s += w;
+    n -= (size_t)w;
+  }
+  errno = saved;
+}
+
+int _trove_os_open_write(const char *path) {
+  int saved = errno;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  errno = saved;
+  return fd;
+}
+
+void _trove_os_close(int fd) {
+  int saved = errno;
+  close(fd);
+  errno = saved;
+}
+
+void _trove_os_set_enomem(void) { errno = ENOMEM; }
+
+/* The environment as the process started, read from /proc without allocating: options must be
+ * known at the first malloc, which can come before libc has set up `environ`. Falls back to
+ * `environ` where /proc is missing. */
+extern char **environ;
+static char env_buf[32768];
+static size_t env_len;
+static int env_state;              /* 0 unread, 1 /proc copy, 2 use environ */
+
+const char *_trove_os_getenv(const char *name) {
+  size_t nl = strlen(name);
+  if (env_state == 0) {
+    ssize_t n = read_file("/proc/self/environ", env_buf, sizeof env_buf);
+    env_state = n > 0 ? 1 : 2;
+    env_len = n > 0 ? (size_t)n : 0;
+  }
+  if (env_state == 1) {
+    for (size_t i = 0; i < env_len;) {
+      const char *e = env_buf + i;
+      size_t l = strnlen(e, env_len - i);
+      if (l > nl && memcmp(e, name, nl) == 0 && e[nl] == '=') return e + nl + 1;
+      i += l + 1;
+    }
+    return NULL;
+  }
+  for (char **e = environ; e && *e; e++)
+    if (strncmp(*e, name, nl) == 0 && (*e)[nl] == '=') return *e + nl + 1;
+  return NULL;
+}
+
+/* Iterate the environment as _trove_os_getenv sees it: returns "NAME=VALUE" strings, NULL at
+ * the end. `*cursor` starts at 0. */
+const char *_trove_os_env_next(size_t *cursor) {
+  if (env_state == 0) (void)_trove_os_getenv("TROVE_");
+  if (env_state == 1) {
+    if (*cursor >= env_len) return NULL;
+    const char *e = env_buf + *cursor;
+    *cursor += strnlen(e, env_len - *cursor) + 1;
+    return e;
+  }
+  if (environ == NULL || environ[*cursor] == NULL) return NULL;
+  return environ[(*cursor)++];
+}

@@ -1,0 +1,83 @@
+/* The standard names: the only file that defines malloc. Linked into libtrove.so (preloaded or
+ * linked) and libtrove.a; libtrove_noov.a leaves them out. Each forwards to the inline fast
+ * path, so malloc and free cost no extra call. glibc's __libc_ aliases are covered too, since
+ * some programs and libraries call them directly. */
+#define _GNU_SOURCE
+#include "internal.h"
+#include <malloc.h>
+#include <string.h>
+
+#define API TROVE_API
+
+API void *malloc(size_t size) { return _trove_malloc_inline(size); }
+API void free(void *p) { _trove_free_inline(p); }
+API void cfree(void *p) { _trove_free_inline(p); }
+API void *calloc(size_t n, size_t size) { return trove_calloc(n, size); }
+API void *realloc(void *p, size_t size) { return trove_realloc(p, size); }
+API void *reallocarray(void *p, size_t n, size_t size) { return trove_reallocarray(p, n, size); }
+API int posix_memalign(void **out, size_t align, size_t size) {
+  return trove_posix_memalign(out, align, size);
+}
+API void *aligned_alloc(size_t align, size_t size) { return trove_aligned_alloc(align, size); }
+API void *memalign(size_t align, size_t size) { return trove_memalign(align, size); }
+API void *valloc(size_t size) { return trove_valloc(size); }
+API void *pvalloc(size_t size) { return trove_pvalloc(size); }
+API size_t malloc_usable_size(void *p) { return trove_malloc_usable_size(p); }
+API int malloc_trim(size_t pad) { return trove_malloc_trim(pad); }
+/* C23 */
+API void free_sized(void *p, size_t size) { (void)size; _trove_free_inline(p); }
+API void free_aligned_sized(void *p, size_t align, size_t size) {
+  (void)align;
+  (void)size;
+  _trove_free_inline(p);
+}
+
+API void *__libc_malloc(size_t size) { return _trove_malloc_inline(size); }
+API void __libc_free(void *p) { _trove_free_inline(p); }
+API void *__libc_calloc(size_t n, size_t size) { return trove_calloc(n, size); }
+API void *__libc_realloc(void *p, size_t size) { return trove_realloc(p, size); }
+API void *__libc_memalign(size_t align, size_t size) { return trove_memalign(align, size); }
+API void *__libc_valloc(size_t size) { return trove_valloc(size); }
+API void *__libc_pvalloc(size_t size) { return trove_pvalloc(size); }
+
+/* glibc's statistics entry points, answered from trove's own counters. */
+API void malloc_stats(void) { trove_stats_print(stderr); }
+
+API struct mallinfo2 mallinfo2(void) {
+  trove_stats_t st;
+  trove_stats_get(&st);
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  mi.arena = st.held - st.large_bytes;
+  mi.hblks = st.large_objects;
+  mi.hblkhd = st.large_bytes;
+  mi.uordblks = st.in_use;
+  mi.fordblks = st.held > st.in_use ? st.held - st.in_use : 0;
+  mi.keepcost = st.dirty_page_bytes;
+  mi.usmblks = st.peak_held;
+  return mi;
+}
+
+API struct mallinfo mallinfo(void) {
+  struct mallinfo2 m2 = mallinfo2();
+  struct mallinfo mi;
+  mi.arena = (int)m2.arena;
+  mi.ordblks = (int)m2.ordblks;
+  mi.smblks = (int)m2.smblks;
+  mi.hblks = (int)m2.hblks;
+  mi.hblkhd = (int)m2.hblkhd;
+  mi.usmblks = (int)m2.usmblks;
+  mi.fsmblks = (int)m2.fsmblks;
+  mi.uordblks = (int)m2.uordblks;
+  mi.fordblks = (int)m2.fordblks;
+  mi.keepcost = (int)m2.keepcost;
+  return mi;
+}
+
+/* Tuning knobs of glibc's allocator mean nothing here; accept them so programs that set them
+ * keep working. */
+API int mallopt(int param, int value) {
+  (void)param;
+  (void)value;
+  return 1;
+}

@@ -1,0 +1,75 @@
+// C++ operator new and delete in every form, on trove. Built with the C linker and no
+// libstdc++: the C++ runtime (the new-handler, std::bad_alloc) is reached through weak
+// references, present in C++ programs, absent (and never needed) in C programs.
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+extern "C" {
+void *trove_malloc(std::size_t);
+void trove_free(void *);
+int trove_posix_memalign(void **, std::size_t, std::size_t);
+}
+
+// libstdc++'s std::get_new_handler() and std::__throw_bad_alloc(), weakly.
+extern "C" std::new_handler _ZSt15get_new_handlerv() __attribute__((weak));
+extern "C" void _ZSt17__throw_bad_allocv() __attribute__((weak, noreturn));
+
+#define API __attribute__((visibility("default")))
+
+namespace {
+void *aligned(std::size_t n, std::size_t align) {
+  void *p = nullptr;
+  if (align < sizeof(void *)) align = sizeof(void *);
+  return trove_posix_memalign(&p, align, n ? n : 1) == 0 ? p : nullptr;
+}
+
+// Out of memory in a throwing new: call the new-handler until it frees memory, else throw.
+void *retry_or_throw(std::size_t n, std::size_t align) {
+  for (;;) {
+    std::new_handler h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : nullptr;
+    if (h == nullptr) {
+      if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+      std::abort();
+    }
+    h();
+    void *p = align ? aligned(n, align) : trove_malloc(n);
+    if (p) return p;
+  }
+}
+
+inline void *new_impl(std::size_t n) {
+  void *p = trove_malloc(n);
+  return __builtin_expect(p != nullptr, 1) ? p : retry_or_throw(n, 0);
+}
+inline void *new_aligned(std::size_t n, std::align_val_t al) {
+  void *p = aligned(n, static_cast<std::size_t>(al));
+  return p ? p : retry_or_throw(n, static_cast<std::size_t>(al));
+}
+}  // namespace
+
+API void *operator new(std::size_t n) { return new_impl(n); }
+API void *operator new[](std::size_t n) { return new_impl(n); }
+API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return trove_malloc(n); }
+API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return trove_malloc(n); }
+API void *operator new(std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
+API void *operator new[](std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
+API void *operator new(std::size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
+  return aligned(n, static_cast<std::size_t>(al));
+}
+API void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
+  return aligned(n, static_cast<std::size_t>(al));
+}
+
+API void operator delete(void *p) noexcept { trove_free(p); }
+API void operator delete[](void *p) noexcept { trove_free(p); }
+API void operator delete(void *p, std::size_t) noexcept { trove_free(p); }
+API void operator delete[](void *p, std::size_t) noexcept { trove_free(p); }
+API void operator delete(void *p, const std::nothrow_t &) noexcept { trove_free(p); }
+API void operator delete[](void *p, const std::nothrow_t &) noexcept { trove_free(p); }
+API void operator delete(void *p, std::align_val_t) noexcept { trove_free(p); }
+API void operator delete[](void *p, std::align_val_t) noexcept { trove_free(p); }
+API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { trove_free(p); }
+API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { trove_free(p); }
+API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { trove_free(p); }
+API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { trove_free(p); }

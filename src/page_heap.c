@@ -1,0 +1,217 @@
+/* The page heap: free page runs of all segments, in bins by length, coalesced with their
+ * neighbours on free. Serves superblocks (to thread heaps) and medium objects (directly).
+ * One lock: it is taken once per superblock (64 KiB of small allocations) or per medium
+ * object, never on the small-object fast paths.
+ *
+ * Purging: a free run is "dirty" while its pages may be resident. Runs dirty for longer than
+ * the purge delay are given back with madvise; and whenever the dirty total passes the cap
+ * (option DIRTY_MAX_MB) the excess goes back at once, so that RSS follows the live data even
+ * if the program makes no further call. A segment that stays entirely free for the delay is
+ * unmapped. */
+#include "internal.h"
+#include <string.h>
+
+#define BINS 64                       /* bin i < 63: runs of exactly i pages; 63: longer */
+
+pthread_mutex_t _trove_pages_lock = PTHREAD_MUTEX_INITIALIZER;
+static trove_sb_t *bins[BINS];
+static size_t dirty_pages;            /* pages in free runs marked dirty */
+
+static size_t bin_of(size_t npages) { return npages < BINS - 1 ? npages : BINS - 1; }
+static trove_segment_t *seg_of(trove_sb_t *run) { return _trove_segment_of((uintptr_t)run); }
+static uintptr_t run_addr(trove_sb_t *run) {
+  return (uintptr_t)seg_of(run) + ((uintptr_t)run->page << TROVE_PAGE_SHIFT);
+}
+
+static void bin_push(trove_sb_t *run) {
+  size_t b = bin_of(run->npages);
+  run->prev = NULL;
+  run->next = bins[b];
+  if (bins[b]) bins[b]->prev = run;
+  bins[b] = run;
+  if (run->dirty) dirty_pages += run->npages;
+}
+
+static void bin_remove(trove_sb_t *run) {
+  size_t b = bin_of(run->npages);
+  if (run->prev) run->prev->next = run->next; else bins[b] = run->next;
+  if (run->next) run->next->prev = run->prev;
+  if (run->dirty) dirty_pages -= run->npages;
+}
+
+/* Point every page of [first, first+n) at `first`, so that a lookup of any address in the run
+ * finds its descriptor. */
+static void map_pages(trove_segment_t *seg, size_t first, size_t n) {
+  for (size_t i = 0; i < n; i++) seg->pagemap[first + i] = (uint16_t)first;
+}
+
+static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, bool dirty,
+                                 uint64_t now) {
+  trove_sb_t *run = &seg->sb[first];
+  memset(run, 0, sizeof *run);
+  run->kind = TROVE_SPAN_FREE;
+  run->page = (uint16_t)first;
+  run->npages = (uint16_t)n;
+  run->span_bytes = (uint32_t)(n << TROVE_PAGE_SHIFT);
+  run->dirty = dirty;
+  run->freed_at = now;
+  run->start = (uintptr_t)seg + (first << TROVE_PAGE_SHIFT);
+  map_pages(seg, first, n);
+  return run;
+}
+
+static trove_sb_t *find_run(size_t need) {
+  for (size_t b = bin_of(need); b < BINS; b++)
+    for (trove_sb_t *r = bins[b]; r; r = r->next)
+      if (r->npages >= need) return r;
+  return NULL;
+}
+
+/* Carve [page, page+n) out of free run `run` (already out of its bin); the pieces before and
+ * after go back to the bins. */
+static trove_sb_t *split(trove_sb_t *run, size_t page, size_t n) {
+  trove_segment_t *seg = seg_of(run);
+  size_t first = run->page, total = run->npages, end = first + total;
+  bool dirty = run->dirty;
+  uint64_t at = run->freed_at;
+  if (page > first) bin_push(make_free_run(seg, first, page - first, dirty, at));
+  if (page + n < end) bin_push(make_free_run(seg, page + n, end - page - n, dirty, at));
+  trove_sb_t *r = &seg->sb[page];
+  if (r != run) memset(r, 0, sizeof *r);
+  r->page = (uint16_t)page;
+  r->npages = (uint16_t)n;
+  r->span_bytes = (uint32_t)(n << TROVE_PAGE_SHIFT);
+  r->start = (uintptr_t)seg + (page << TROVE_PAGE_SHIFT);
+  r->dirty = dirty;
+  r->next = r->prev = NULL;
+  r->freed_at = 0;
+  map_pages(seg, page, n);
+  seg->free_pages -= (uint32_t)n;
+  seg->empty_since = 0;
+  return r;
+}
+
+trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages) {
+  if (align_pages == 0) align_pages = 1;
+  size_t need = npages + align_pages - 1;
+  if (need > TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES) return NULL;
+  pthread_mutex_lock(&_trove_pages_lock);
+  trove_sb_t *run = find_run(need);
+  if (run == NULL) {
+    trove_segment_t *seg = _trove_segment_new();
+    if (seg == NULL) {
+      pthread_mutex_unlock(&_trove_pages_lock);
+      return NULL;
+    }
+    run = make_free_run(seg, seg->first_page, seg->free_pages, false, 0);
+  } else {
+    bin_remove(run);
+  }
+  size_t page = run->page;
+  if (align_pages > 1) {
+    uintptr_t a = run_addr(run), al = (uintptr_t)align_pages << TROVE_PAGE_SHIFT;
+    page += (((a + al - 1) & ~(al - 1)) - a) >> TROVE_PAGE_SHIFT;
+  }
+  trove_sb_t *r = split(run, page, npages);
+  pthread_mutex_unlock(&_trove_pages_lock);
+  return r;
+}
+
+static void purge_run(trove_sb_t *run) {
+  if (!run->dirty) return;
+  _trove_os_purge((void *)run_addr(run), run->span_bytes);
+  run->dirty = 0;
+  dirty_pages -= run->npages;
+}
+
+/* Called with the lock held: give back dirty runs until the dirty total is under half the cap,
+ * longest runs first (most memory per system call). */
+static void purge_over_cap(void) {
+  size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
+  if (dirty_pages <= cap) return;
+  for (size_t b = BINS; b-- > 1 && dirty_pages > cap / 2;)
+    for (trove_sb_t *r = bins[b]; r && dirty_pages > cap / 2; r = r->next) purge_run(r);
+}
+
+void _trove_pages_free(trove_sb_t *run) {
+  trove_segment_t *seg = seg_of(run);
+  uint64_t now = _trove_os_now_ms();
+  pthread_mutex_lock(&_trove_pages_lock);
+  size_t first = run->page, n = run->npages;
+  bool dirty = true;
+  seg->free_pages += (uint32_t)n;
+  run->kind = TROVE_SPAN_FREE;
+  run->carved = 0;
+  atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
+  if (first > seg->first_page) {                      /* coalesce with the run before */
+    trove_sb_t *left = &seg->sb[seg->pagemap[first - 1]];
+    if (left->kind == TROVE_SPAN_FREE) {
+      bin_remove(left);
+      n += first - left->page;
+      first = left->page;
+    }
+  }
+  if (first + n < TROVE_SEGMENT_PAGES) {               /* and with the run after */
+    trove_sb_t *right = &seg->sb[first + n];
+    if (right->kind == TROVE_SPAN_FREE) {
+      bin_remove(right);
+      n += right->npages;
+    }
+  }
+  bin_push(make_free_run(seg, first, n, dirty, now));
+  if (seg->free_pages == TROVE_SEGMENT_PAGES - seg->first_page) seg->empty_since = now ? now : 1;
+  purge_over_cap();
+  pthread_mutex_unlock(&_trove_pages_lock);
+}
+
+bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
+  trove_segment_t *seg = seg_of(run);
+  bool ok = false;
+  pthread_mutex_lock(&_trove_pages_lock);
+  size_t end = run->page + run->npages;
+  if (npages <= run->npages) {
+    ok = true;
+  } else if (end < TROVE_SEGMENT_PAGES) {
+    trove_sb_t *right = &seg->sb[end];
+    size_t extra = npages - run->npages;
+    if (right->kind == TROVE_SPAN_FREE && right->npages >= extra) {
+      bin_remove(right);
+      trove_sb_t *piece = split(right, end, extra);
+      memset(piece, 0, sizeof *piece);
+      run->npages = (uint16_t)npages;
+      run->span_bytes = (uint32_t)(npages << TROVE_PAGE_SHIFT);
+      map_pages(seg, run->page, npages);
+      ok = true;
+    }
+  }
+  pthread_mutex_unlock(&_trove_pages_lock);
+  return ok;
+}
+
+/* Give back what has been free longer than the delay (everything if `all`), and unmap
+ * segments that stayed empty that long. */
+void _trove_pages_purge(bool all) {
+  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  pthread_mutex_lock(&_trove_pages_lock);
+  for (size_t b = 1; b < BINS; b++)
+    for (trove_sb_t *r = bins[b]; r; r = r->next)
+      if (r->dirty && (all || now - r->freed_at >= delay)) purge_run(r);
+  for (trove_segment_t *seg = _trove_segments, *next; seg; seg = next) {
+    next = seg->next;
+    if (seg->empty_since && (all || now - seg->empty_since >= delay)) {
+      bin_remove(&seg->sb[seg->first_page]);
+      _trove_segment_free(seg);
+    }
+  }
+  pthread_mutex_unlock(&_trove_pages_lock);
+}
+
+/* stats.c reads the bins under the lock */
+void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) TROVE_HIDDEN;
+void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) {
+  size_t f = 0;
+  for (size_t b = 1; b < BINS; b++)
+    for (trove_sb_t *r = bins[b]; r; r = r->next) f += r->npages;
+  *free_bytes = f << TROVE_PAGE_SHIFT;
+  *dirty_bytes = dirty_pages << TROVE_PAGE_SHIFT;
+}

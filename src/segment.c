@@ -1,0 +1,44 @@
+/* Segments: 4 MiB, 4 MiB-aligned regions mapped from the OS. The header (descriptor per page,
+ * page map) fills the first pages; the rest is carved into page runs by the page heap.
+ * The segment map records which 4 MiB regions are trove's, so that free() can reject a
+ * pointer trove never handed out before touching memory through it. */
+#include "internal.h"
+#include <string.h>
+
+uint8_t _trove_segmap[TROVE_SEGMAP_SIZE] __attribute__((aligned(4096)));
+trove_segment_t *_trove_segments;
+
+static void segmap_set(uintptr_t a, uint8_t kind) {
+  __atomic_store_n(&_trove_segmap[a >> TROVE_SEGMENT_SHIFT], kind, __ATOMIC_RELEASE);
+}
+
+/* Called with the page heap lock held. Returns a segment whose usable pages form one free run
+ * that the caller inserts into the page heap. */
+trove_segment_t *_trove_segment_new(void) {
+  trove_segment_t *seg = _trove_os_map_aligned(TROVE_SEGMENT_SIZE, TROVE_SEGMENT_SIZE);
+  if (seg == NULL) return NULL;
+  if (((uintptr_t)seg >> TROVE_SEGMENT_SHIFT) >= TROVE_SEGMAP_SIZE) {  /* beyond 47 bits */
+    _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
+    return NULL;
+  }
+  seg->magic = TROVE_SEGMENT_MAGIC;
+  seg->first_page = (uint32_t)TROVE_HEADER_PAGES;
+  seg->free_pages = (uint32_t)(TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
+  seg->next = _trove_segments;
+  seg->prev = NULL;
+  if (_trove_segments) _trove_segments->prev = seg;
+  _trove_segments = seg;
+  segmap_set((uintptr_t)seg, TROVE_MAP_SEGMENT);
+  return seg;
+}
+
+void _trove_segment_free(trove_segment_t *seg) {
+  segmap_set((uintptr_t)seg, TROVE_MAP_NONE);
+  if (seg->prev) seg->prev->next = seg->next; else _trove_segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
+}
+
+/* large.c registers its mappings here too, so that one table answers "is this ours?". */
+void _trove_segmap_set_large(uintptr_t region, uint8_t kind) TROVE_HIDDEN;
+void _trove_segmap_set_large(uintptr_t region, uint8_t kind) { segmap_set(region, kind); }

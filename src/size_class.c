@@ -1,0 +1,25 @@
+/* Size classes: 16, 32, 48, 64, then 8 per doubling up to 64 KiB (84 classes).
+ * Bound: above 64 bytes a class is at most 1/8 larger than any request it serves. */
+#include "internal.h"
+
+uint32_t _trove_class_size[TROVE_CLASSES];
+uint16_t _trove_class_pages[TROVE_CLASSES];
+uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
+
+void _trove_size_classes_init(void) {
+  for (size_t c = 1; c <= 4; c++) _trove_class_size[c] = (uint32_t)(16 * c);
+  for (size_t lg = 6; lg < 16; lg++)
+    for (size_t k = 1; k <= 8; k++)
+      _trove_class_size[4 + (lg - 6) * 8 + k] = (uint32_t)((1ul << lg) + k * (1ul << (lg - 3)));
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    size_t bs = _trove_class_size[c];
+    /* A superblock holds at least 8 blocks and wastes at most 1/8 of its run in its tail. */
+    size_t pages = TROVE_SB_PAGES;
+    while (pages * TROVE_PAGE_SIZE < 8 * bs ||
+           (pages * TROVE_PAGE_SIZE) % bs > (pages * TROVE_PAGE_SIZE) / 8)
+      pages++;
+    _trove_class_pages[c] = (uint16_t)pages;
+  }
+  for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++)
+    _trove_class_direct[i] = (uint8_t)_trove_size_class(i == 0 ? 1 : i * 8);
+}

@@ -1,0 +1,241 @@
+/* Statistics and the heap map. Nothing here runs on the fast paths: the figures are read off
+ * the segments, superblock descriptors and slow-path counters when asked for. Under threads
+ * the per-superblock counts are read while their owners change them, so they are a snapshot
+ * within the bounds of what the threads are doing; in a single thread they are exact. */
+#include "internal.h"
+#include <string.h>
+
+void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) TROVE_HIDDEN;
+trove_large_t *_trove_large_live(void) TROVE_HIDDEN;
+size_t _trove_large_cached_bytes(void) TROVE_HIDDEN;
+void _trove_options_print(void (*line)(void *, const char *), void *arg) TROVE_HIDDEN;
+extern size_t _trove_large_live_count, _trove_large_live_bytes;
+
+static _Atomic size_t peak_in_use, peak_resident;
+
+static void raise_peak(_Atomic size_t *peak, size_t v) {
+  size_t p = atomic_load_explicit(peak, memory_order_relaxed);
+  while (v > p && !atomic_compare_exchange_weak(peak, &p, v)) {
+  }
+}
+
+static const char *state_name(const trove_sb_t *sb) {
+  static const char *const names[] = {"current", "partial", "sparse", "full", "pool", "cached"};
+  if (sb->kind == TROVE_SPAN_FREE) return sb->dirty ? "dirty" : "purged";
+  if (sb->kind == TROVE_SPAN_MEDIUM) return "medium";
+  return sb->state < 6 ? names[sb->state] : "?";
+}
+
+/* Walk every run of every segment; the page heap lock keeps runs from splitting under us. */
+static void walk_segments(trove_stats_t *st) {
+  for (trove_segment_t *seg = _trove_segments; seg; seg = seg->next) {
+    st->segments++;
+    for (size_t pg = seg->first_page; pg < TROVE_SEGMENT_PAGES;) {
+      const trove_sb_t *sb = &seg->sb[pg];
+      size_t n = sb->npages ? sb->npages : 1;
+      if (sb->kind == TROVE_SPAN_SMALL) {
+        int32_t used = __atomic_load_n(&sb->used, __ATOMIC_RELAXED);
+        trove_class_stats_t *c = &st->classes[sb->cls];
+        c->block_size = sb->bsize;
+        c->superblocks++;
+        c->blocks_capacity += sb->capacity;
+        if (sb->state != TROVE_SB_CACHED && used > 0) {
+          c->blocks_in_use += (size_t)used;
+          st->in_use += (size_t)used * sb->bsize;
+        }
+        if (sb->state == TROVE_SB_POOL) {
+          st->pool_superblocks++;
+          st->pool_bytes += sb->span_bytes;
+        }
+      } else if (sb->kind == TROVE_SPAN_MEDIUM) {
+        st->medium_objects++;
+        st->medium_bytes += sb->bsize;
+        st->in_use += sb->bsize;
+      }
+      pg += n;
+    }
+  }
+}
+
+TROVE_API void trove_stats_get(trove_stats_t *st) {
+  _trove_init();
+  memset(st, 0, sizeof *st);
+  pthread_mutex_lock(&_trove_pages_lock);
+  walk_segments(st);
+  _trove_pages_totals(&st->free_page_bytes, &st->dirty_page_bytes);
+  pthread_mutex_unlock(&_trove_pages_lock);
+  pthread_mutex_lock(&_trove_large_lock);
+  st->large_objects = _trove_large_live_count;
+  st->large_bytes = _trove_large_live_bytes;
+  size_t large_cached = _trove_large_cached_bytes();
+  pthread_mutex_unlock(&_trove_large_lock);
+  st->in_use += st->large_bytes;
+  pthread_mutex_lock(&_trove_heaps_lock);
+  for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
+    st->heaps_created++;
+    if (h->alive) st->threads++;
+    st->remote_frees += h->c.remote_frees;
+    st->slow_mallocs += h->c.slow_mallocs;
+    st->superblocks_released += h->c.released;
+    st->superblocks_adopted += h->c.adopted;
+  }
+  pthread_mutex_unlock(&_trove_heaps_lock);
+  st->held = atomic_load(&_trove_os_mapped);
+  st->peak_held = atomic_load(&_trove_os_peak_mapped);
+  size_t clean = st->free_page_bytes - st->dirty_page_bytes;
+  st->resident = st->held > clean ? st->held - clean : 0;
+  (void)large_cached;
+  st->purges = atomic_load(&_trove_os_purge_calls);
+  st->purged_bytes = atomic_load(&_trove_os_purged_total);
+  st->process_rss = _trove_os_rss();
+  raise_peak(&peak_in_use, st->in_use);
+  raise_peak(&peak_resident, st->resident);
+  st->peak_in_use = atomic_load(&peak_in_use);
+  st->peak_resident = atomic_load(&peak_resident);
+}
+
+void _trove_stats_sample(void) {
+  trove_stats_t st;
+  trove_stats_get(&st);
+}
+
+/* ------------------------------------------------------------------ printing */
+static void print_line(void *arg, const char *s) { fprintf((FILE *)arg, "%s\n", s); }
+
+static void kib(FILE *out, const char *name, size_t bytes) {
+  fprintf(out, "  %-22s %12zu KiB\n", name, bytes >> 10);
+}
+
+TROVE_API void trove_stats_print(FILE *out) {
+  if (out == NULL) out = stderr;
+  static trove_stats_t st;           /* static: this may run at exit on a small stack */
+  trove_stats_get(&st);
+  fprintf(out, "trove statistics (%s)\n", trove_version());
+  kib(out, "in use", st.in_use);
+  kib(out, "peak in use", st.peak_in_use);
+  kib(out, "held from the OS", st.held);
+  kib(out, "peak held", st.peak_held);
+  kib(out, "resident (estimate)", st.resident);
+  kib(out, "process RSS", st.process_rss);
+  kib(out, "free pages", st.free_page_bytes);
+  kib(out, "  of which dirty", st.dirty_page_bytes);
+  kib(out, "medium objects", st.medium_bytes);
+  kib(out, "large objects", st.large_bytes);
+  kib(out, "shared pool", st.pool_bytes);
+  fprintf(out, "  segments %zu, medium %zu, large %zu, pool superblocks %zu\n", st.segments,
+          st.medium_objects, st.large_objects, st.pool_superblocks);
+  fprintf(out, "  threads %zu live / %zu heaps, slow mallocs %zu, remote frees %zu\n", st.threads,
+          st.heaps_created, st.slow_mallocs, st.remote_frees);
+  fprintf(out, "  superblocks released %zu, adopted %zu; purges %zu (%zu KiB)\n",
+          st.superblocks_released, st.superblocks_adopted, st.purges, st.purged_bytes >> 10);
+  fprintf(out, "  %8s %10s %10s %8s %6s\n", "class", "in use", "capacity", "sblocks", "full%");
+  for (size_t c = 1; c < TROVE_STATS_CLASSES && c < TROVE_CLASSES; c++) {
+    const trove_class_stats_t *cs = &st.classes[c];
+    if (cs->superblocks == 0) continue;
+    fprintf(out, "  %8zu %10zu %10zu %8zu %5.1f%%\n", cs->block_size, cs->blocks_in_use,
+            cs->blocks_capacity, cs->superblocks,
+            cs->blocks_capacity ? 100.0 * (double)cs->blocks_in_use / (double)cs->blocks_capacity
+                                : 0.0);
+  }
+  fprintf(out, "options:\n");
+  _trove_options_print(print_line, out);
+  fflush(out);
+}
+
+/* ------------------------------------------------------------------ heap map (JSON) */
+typedef struct { int fd; char buf[8192]; size_t n; bool first; } jw_t;
+
+static void jw_flush(jw_t *w) {
+  _trove_os_write_fd(w->fd, w->buf, w->n);
+  w->n = 0;
+}
+static void jw_put(jw_t *w, const char *s) {
+  size_t len = strlen(s);
+  if (w->n + len > sizeof w->buf) jw_flush(w);
+  memcpy(w->buf + w->n, s, len);
+  w->n += len;
+}
+
+TROVE_API int trove_heap_map_write(const char *path) {
+  _trove_init();
+  int fd = _trove_os_open_write(path);
+  if (fd < 0) return -1;
+  static jw_t w;                       /* static: no large frame, no malloc */
+  static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&map_lock);
+  w.fd = fd;
+  w.n = 0;
+  char line[320];
+  _trove_snprintf(line, sizeof line,
+                  "{\"version\":\"%s\",\"segment_size\":%zu,\"page_size\":%zu,\"segments\":[",
+                  trove_version(), (size_t)TROVE_SEGMENT_SIZE, (size_t)TROVE_PAGE_SIZE);
+  jw_put(&w, line);
+  pthread_mutex_lock(&_trove_pages_lock);
+  bool first_seg = true;
+  for (trove_segment_t *seg = _trove_segments; seg; seg = seg->next) {
+    _trove_snprintf(line, sizeof line,
+                    "%s\n{\"base\":\"%p\",\"size\":%zu,\"page_size\":%zu,\"header_pages\":%u,"
+                    "\"spans\":[",
+                    first_seg ? "" : ",", (void *)seg, (size_t)TROVE_SEGMENT_SIZE,
+                    (size_t)TROVE_PAGE_SIZE, seg->first_page);
+    jw_put(&w, line);
+    first_seg = false;
+    bool first = true;
+    for (size_t pg = seg->first_page; pg < TROVE_SEGMENT_PAGES;) {
+      const trove_sb_t *sb = &seg->sb[pg];
+      size_t n = sb->npages ? sb->npages : 1;
+      const char *kind = sb->kind == TROVE_SPAN_SMALL    ? "small"
+                         : sb->kind == TROVE_SPAN_MEDIUM ? "medium"
+                                                         : "free";
+      trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_relaxed);
+      int32_t used = __atomic_load_n(&sb->used, __ATOMIC_RELAXED);
+      _trove_snprintf(line, sizeof line,
+                      "%s{\"page\":%zu,\"npages\":%zu,\"kind\":\"%s\",\"state\":\"%s\","
+                      "\"block_size\":%u,\"capacity\":%u,\"used\":%d,\"owner\":%u}",
+                      first ? "" : ",", pg, n, kind, state_name(sb),
+                      sb->kind == TROVE_SPAN_FREE ? 0u : sb->bsize,
+                      sb->kind == TROVE_SPAN_SMALL ? sb->capacity : (sb->kind ? 1u : 0u),
+                      sb->kind == TROVE_SPAN_SMALL ? (used > 0 && sb->state != TROVE_SB_CACHED ? used : 0)
+                                                   : (sb->kind == TROVE_SPAN_MEDIUM ? 1 : 0),
+                      owner ? owner->id : 0u);
+      jw_put(&w, line);
+      first = false;
+      pg += n;
+    }
+    jw_put(&w, "]}");
+  }
+  pthread_mutex_unlock(&_trove_pages_lock);
+  jw_put(&w, "\n],\"large\":[");
+  pthread_mutex_lock(&_trove_large_lock);
+  bool first = true;
+  for (trove_large_t *l = _trove_large_live(); l; l = l->next) {
+    _trove_snprintf(line, sizeof line, "%s{\"base\":\"%p\",\"size\":%zu,\"usable\":%zu}",
+                    first ? "" : ",", (void *)l->user, l->map_size, l->usable);
+    jw_put(&w, line);
+    first = false;
+  }
+  pthread_mutex_unlock(&_trove_large_lock);
+  jw_put(&w, "],\"pool\":[");
+  pthread_mutex_lock(&_trove_pool_lock);
+  first = true;
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    size_t count = 0, used = 0, cap = 0;
+    for (trove_sb_t *sb = _trove_pool[c]; sb; sb = sb->next) {
+      count++;
+      used += (size_t)sb->used;
+      cap += sb->capacity;
+    }
+    if (!count) continue;
+    _trove_snprintf(line, sizeof line,
+                    "%s{\"block_size\":%u,\"superblocks\":%zu,\"used\":%zu,\"capacity\":%zu}",
+                    first ? "" : ",", _trove_class_size[c], count, used, cap);
+    jw_put(&w, line);
+    first = false;
+  }
+  pthread_mutex_unlock(&_trove_pool_lock);
+  jw_put(&w, "]}\n");
+  jw_flush(&w);
+  pthread_mutex_unlock(&map_lock);
+  _trove_os_close(fd);
+  return 0;
+}

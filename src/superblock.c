@@ -1,0 +1,63 @@
+/* Superblocks (Hoard's term): a page run of one size class, carved into blocks lazily so that
+ * pages no block has reached are never touched (and never resident). */
+#include "internal.h"
+
+/* Bytes carved per extension: enough blocks for a burst, few enough pages to stay lean. */
+#define TROVE_EXTEND_BYTES 4096
+
+void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) {
+  run->bsize = (uint32_t)bsize;
+  run->recip = (((uint64_t)1 << 40) / bsize) + 1;
+  run->carved = (uint32_t)carved;
+}
+
+void _trove_sb_init(trove_sb_t *sb, size_t cls) {
+  size_t bs = _trove_class_size[cls];
+  sb->kind = TROVE_SPAN_SMALL;
+  sb->cls = (uint8_t)cls;
+  sb->capacity = sb->span_bytes / (uint32_t)bs;
+  sb->free = sb->local_free = NULL;
+  sb->used = 0;
+  sb->trigger = 0;
+  atomic_store_explicit(&sb->thread_free, NULL, memory_order_relaxed);
+  _trove_sb_set_run(sb, bs, 0);
+}
+
+/* Carve the next few blocks onto the free list. Each carved block already carries the free
+ * tag, so a free of a block that was never handed out is caught like a double free. */
+bool _trove_sb_extend(trove_sb_t *sb) {
+  size_t bs = sb->bsize, limit = (size_t)sb->capacity * bs;
+  if (sb->carved >= limit) return false;
+  size_t n = TROVE_EXTEND_BYTES / bs;
+  if (n == 0) n = 1;
+  if (sb->carved + n * bs > limit) n = (limit - sb->carved) / bs;
+  uintptr_t first = sb->start + sb->carved;
+  trove_block_t *head = sb->free;
+  for (size_t i = n; i-- > 0;) {          /* build in address order, lowest first */
+    trove_block_t *b = (trove_block_t *)(first + i * bs);
+    b->next = head;
+    b->tag = _trove_tag(b);
+    head = b;
+  }
+  sb->free = head;
+  sb->carved += (uint32_t)(n * bs);
+  return true;
+}
+
+/* Move the blocks other threads pushed onto thread_free to local_free; returns how many. The
+ * caller owns the superblock (or holds the pool lock) and subtracts the count from `used`. */
+uint32_t _trove_sb_collect(trove_sb_t *sb) {
+  if (atomic_load_explicit(&sb->thread_free, memory_order_relaxed) == NULL) return 0;
+  trove_block_t *list = atomic_exchange_explicit(&sb->thread_free, NULL, memory_order_acquire);
+  uint32_t n = 0;
+  trove_block_t *tail = list;
+  for (trove_block_t *b = list; b; b = b->next) {
+    n++;
+    tail = b;
+  }
+  if (n) {
+    tail->next = sb->local_free;
+    sb->local_free = list;
+  }
+  return n;
+}
