@@ -419,7 +419,7 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls) {
     atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
     sb_to_page_heap(sb);
   }
-  sb = _trove_pages_alloc(pages, 1);
+  sb = _trove_pages_alloc(pages, 1, TROVE_SPAN_SMALL);
   if (sb == NULL) return NULL;
   _trove_sb_init(sb, cls);
   atomic_store_explicit(&sb->heap, h, memory_order_release);
@@ -441,7 +441,7 @@ static bool sb_refill(trove_sb_t *sb) {
 static void *malloc_medium(size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
-  trove_sb_t *run = _trove_pages_alloc(npages, align_pages);
+  trove_sb_t *run = _trove_pages_alloc(npages, align_pages, TROVE_SPAN_MEDIUM);
   if (run == NULL) return NULL;
   run->kind = TROVE_SPAN_MEDIUM;
   run->requested = size;

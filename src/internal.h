@@ -215,7 +215,7 @@ extern trove_sb_t *_trove_pool[TROVE_CLASSES];
 /* ---------------------------------------------------------------- segments and page heap */
 trove_segment_t *_trove_segment_new(void) TROVE_HIDDEN;          /* page heap lock held */
 void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* page heap lock held */
-trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages) TROVE_HIDDEN;
+trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages, int kind) TROVE_HIDDEN;
 void _trove_pages_free(trove_sb_t *run) TROVE_HIDDEN;
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */
 void _trove_pages_purge(bool all) TROVE_HIDDEN;

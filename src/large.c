@@ -167,13 +167,14 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
     /* Move the pages: reserve an aligned range, then mremap the mapping over it. */
     void *target = _trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
     if (target == NULL) goto fail;
-    uintptr_t old_user = l->user;
+    /* Unregister first: once mremap returns, another thread may map the old range. */
+    _trove_segmap_set_large(l->user, TROVE_MAP_NONE);
     void *moved = _trove_os_remap((void *)l->base, l->map_size, map_size, target);
     if (moved == NULL) {
+      large_register(l);
       _trove_os_unmap(target, map_size);
       goto fail;
     }
-    _trove_segmap_set_large(old_user, TROVE_MAP_NONE);
     l = (trove_large_t *)moved;
     if (l->prev) l->prev->next = l; else live = l;
     if (l->next) l->next->prev = l;

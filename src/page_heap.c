@@ -91,7 +91,7 @@ static trove_sb_t *split(trove_sb_t *run, size_t page, size_t n) {
   return r;
 }
 
-trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages) {
+trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages, int kind) {
   if (align_pages == 0) align_pages = 1;
   size_t need = npages + align_pages - 1;
   if (need > TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES) return NULL;
@@ -113,6 +113,7 @@ trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages) {
     page += (((a + al - 1) & ~(al - 1)) - a) >> TROVE_PAGE_SHIFT;
   }
   trove_sb_t *r = split(run, page, npages);
+  r->kind = (uint8_t)kind;     /* before unlocking: a neighbour's free must not merge it */
   pthread_mutex_unlock(&_trove_pages_lock);
   return r;
 }
