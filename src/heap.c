@@ -99,7 +99,6 @@ static void sb_release(trove_sb_t *sb) {
 
 /* Take a pool superblock of class `cls` with a free block, or NULL. */
 static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
-  if (__atomic_load_n(&_trove_pool[cls], __ATOMIC_RELAXED) == NULL) return NULL;
   trove_sb_t *found = NULL;
   pthread_mutex_lock(&_trove_pool_lock);
   int scanned = 0;

@@ -151,7 +151,8 @@ TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
  * addresses in headers, free runs, tails and interiors of blocks. */
 TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
   uintptr_t off = a - sb->start;
-  return likely(off < sb->carved) && likely(((off * sb->recip) >> 40) * sb->bsize == off);
+  /* carved grows while other threads free blocks: a relaxed atomic read (a plain load) */
+  return likely(off < __atomic_load_n(&sb->carved, __ATOMIC_RELAXED)) && likely(((off * sb->recip) >> 40) * sb->bsize == off);
 }
 
 /* ---------------------------------------------------------------- size classes (size_class.c) */

@@ -40,7 +40,7 @@ bool _trove_sb_extend(trove_sb_t *sb) {
     head = b;
   }
   sb->free = head;
-  sb->carved += (uint32_t)(n * bs);
+  __atomic_store_n(&sb->carved, sb->carved + (uint32_t)(n * bs), __ATOMIC_RELAXED);
   return true;
 }
 
