@@ -41,8 +41,11 @@ static uint8_t *heap_chunk;
 static size_t heap_chunk_left;
 static uint32_t heap_next_id;
 static _Atomic uint64_t next_purge_ms;
+static __thread uint32_t remote_ticks __attribute__((tls_model("initial-exec")));
 extern pthread_key_t _trove_thread_key;
 void _trove_fork_register(void) TROVE_HIDDEN;
+
+static void route_block(trove_sb_t *sb, trove_block_t *b);
 
 /* ------------------------------------------------------------------ intrusive lists */
 static void list_push(trove_sb_t **head, trove_sb_t *sb) {
@@ -85,7 +88,8 @@ static void pool_put_locked(trove_sb_t *sb) {
 static void sb_to_page_heap(trove_sb_t *sb) { _trove_pages_free(sb); }
 
 /* An owned superblock leaves its heap: empty ones go back to the page heap, others to the pool. */
-static void sb_release(trove_sb_t *sb) {
+static void sb_release(trove_sb_t *sb, bool reclaim) {
+  sb->reclaim = reclaim;
   sb->used -= (int32_t)_trove_sb_collect(sb);
   if (sb->used == 0) {
     atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
@@ -108,6 +112,7 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
     if (sb->used < (int32_t)sb->capacity) {
       list_remove(&_trove_pool[cls], sb);
       atomic_store_explicit(&sb->heap, h, memory_order_release);
+      sb->reclaim = 0;
       found = sb;
       break;
     }
@@ -146,7 +151,7 @@ void _trove_pool_sweep(void) {
     while (b) {
       trove_block_t *next = b->next;
       uintptr_t a = (uintptr_t)b;
-      _trove_free_other(_trove_sb_of(_trove_segment_of(a), a), b);
+      route_block(_trove_sb_of(_trove_segment_of(a), a), b);
       b = next;
     }
   }
@@ -187,7 +192,7 @@ static void sparse_release_emptiest(trove_heap_t *h) {
   list_remove(&h->sparse, min);
   h->nsparse--;
   h->c.released++;
-  sb_release(min);
+  sb_release(min, false);   /* not adopted again on a free: no ping-pong */
 }
 
 static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
@@ -229,6 +234,7 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
 void _trove_free_slow(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
   (void)b;
   sb_underflow(h, sb);
+  if ((++h->tick & 15) == 0) _trove_heap_maybe_purge(h);
 }
 
 static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
@@ -246,6 +252,42 @@ static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b) {
                                                   memory_order_relaxed));
 }
 
+/* Queue a freed block where its superblock's owner will find it: the owner heap's remote
+ * queue, or the superblock's own list while it is in the pool. Takes no lock. */
+static void route_block(trove_sb_t *sb, trove_block_t *b) {
+  trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
+  push_block(owner ? &owner->remote : &sb->thread_free, b);
+}
+
+static trove_heap_t *thread_heap_init(void);
+static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
+
+/* A free into a superblock that an exiting thread abandoned: the freeing thread adopts it, so
+ * that the rest of its blocks are freed locally and its memory is reused or given back even if
+ * no thread ever allocates from that class again (Larson's blocks outlive their threads). */
+static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
+  trove_heap_t *h = _trove_tls_heap;
+  if (h == &_trove_heap_empty && (h = thread_heap_init()) == NULL) return false;
+  bool adopted = false;
+  pthread_mutex_lock(&_trove_pool_lock);
+  if (sb->state == TROVE_SB_POOL && sb->reclaim &&
+      atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
+    list_remove(&_trove_pool[sb->cls], sb);
+    sb->used -= (int32_t)_trove_sb_collect(sb);
+    atomic_store_explicit(&sb->heap, h, memory_order_release);
+    adopted = true;
+  }
+  pthread_mutex_unlock(&_trove_pool_lock);
+  if (!adopted) return false;
+  h->c.adopted++;
+  sb->reclaim = 0;
+  sb->state = TROVE_SB_FULL;               /* the local free below files it where it belongs */
+  sb->trigger = INT32_MAX;
+  list_push(&h->lists[sb->cls].full, sb);
+  free_local(h, sb, b);
+  return true;
+}
+
 /* A free from a thread that does not own the block's superblock (or of a medium object). The
  * block's tag is already written. */
 void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
@@ -255,7 +297,9 @@ void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
   if (owner != NULL) push_block(&owner->remote, b);
-  else push_block(&sb->thread_free, b);
+  else if (!(sb->reclaim && reclaim_on_free(sb, b))) push_block(&sb->thread_free, b);
+  /* A thread that only frees must still let time-based work happen (pool sweep, purge). */
+  if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
 
 static void drain_remote(trove_heap_t *h) {
@@ -266,7 +310,7 @@ static void drain_remote(trove_heap_t *h) {
     uintptr_t a = (uintptr_t)b;
     trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
     if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == h) free_local(h, sb, b);
-    else _trove_free_other(sb, b);           /* it changed hands: forward */
+    else route_block(sb, b);                 /* it changed hands: forward */
     h->c.remote_frees++;
     b = next;
   }
@@ -314,18 +358,18 @@ static void heap_abandon(trove_heap_t *h) {
   drain_remote(h);
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     trove_sb_t *sb = h->cur[c];
-    if (sb != &_trove_sb_empty) sb_release(sb);
+    if (sb != &_trove_sb_empty) sb_release(sb, true);
     for (trove_sb_t **lst = &h->lists[c].partial; lst <= &h->lists[c].full; lst++)
       while (*lst) {
         sb = *lst;
         list_remove(lst, sb);
-        sb_release(sb);
+        sb_release(sb, true);
       }
   }
   while (h->sparse) {
     trove_sb_t *sb = h->sparse;
     list_remove(&h->sparse, sb);
-    sb_release(sb);
+    sb_release(sb, true);
   }
   cache_trim(h, true);
   heap_reset(h);
@@ -337,6 +381,9 @@ void _trove_heap_thread_done(void *arg) {
   if (h == NULL || h == &_trove_heap_empty) return;
   heap_abandon(h);
   _trove_tls_heap = &_trove_heap_empty;
+  /* What this thread freed into pool superblocks may be all that keeps them: collect now, a
+   * server's threads often exit right after a burst of frees and nothing else follows. */
+  _trove_pool_sweep();
   pthread_mutex_lock(&_trove_heaps_lock);
   h->alive = false;
   h->next_free = heaps_free;
@@ -370,7 +417,8 @@ static trove_heap_t *thread_heap_init(void) {
 void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
-  if (h->ncached && now - h->cached->freed_at >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS))
+  if (h != &_trove_heap_empty && h->ncached &&
+      now - h->cached->freed_at >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS))
     cache_trim(h, false);
   if (now < due) return;
   uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;

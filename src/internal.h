@@ -115,6 +115,7 @@ typedef struct trove_sb_s {
   uint8_t state;               /* trove_sb_state_t */
   uint8_t cls;
   uint8_t dirty;               /* free run: touched since the last purge */
+  uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
   uint64_t freed_at;           /* free run / cached sb: when it became free (ms) */
   size_t requested;            /* medium: bytes asked for (stats) */
 } trove_sb_t;
