@@ -36,6 +36,7 @@ pthread_mutex_t _trove_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t _trove_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 trove_heap_t *_trove_heaps_all;
 trove_sb_t *_trove_pool[TROVE_CLASSES];
+trove_sb_t *_trove_pool_full[TROVE_CLASSES];
 static trove_heap_t *heaps_free;
 static uint8_t *heap_chunk;
 static size_t heap_chunk_left;
@@ -85,6 +86,14 @@ static void pool_put_locked(trove_sb_t *sb) {
   list_push(&_trove_pool[sb->cls], sb);
 }
 
+/* Take a pool superblock off whichever pool list holds it (pool lock held). */
+static void pool_unlink(trove_sb_t *sb) {
+  trove_sb_t **head = &_trove_pool[sb->cls];
+  for (trove_sb_t *x = _trove_pool_full[sb->cls]; x; x = x->next)
+    if (x == sb) head = &_trove_pool_full[sb->cls];
+  list_remove(head, sb);
+}
+
 static void sb_to_page_heap(trove_sb_t *sb) { _trove_pages_free(sb); }
 
 /* An owned superblock leaves its heap: empty ones go back to the page heap, others to the pool. */
@@ -105,17 +114,16 @@ static void sb_release(trove_sb_t *sb, bool reclaim) {
 static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
   trove_sb_t *found = NULL;
   pthread_mutex_lock(&_trove_pool_lock);
-  int scanned = 0;
-  for (trove_sb_t *sb = _trove_pool[cls], *next; sb && scanned < 16; sb = next, scanned++) {
-    next = sb->next;
+  for (trove_sb_t *sb; (sb = _trove_pool[cls]) != NULL;) {
+    list_remove(&_trove_pool[cls], sb);
     sb->used -= (int32_t)_trove_sb_collect(sb);
     if (sb->used < (int32_t)sb->capacity) {
-      list_remove(&_trove_pool[cls], sb);
       atomic_store_explicit(&sb->heap, h, memory_order_release);
       sb->reclaim = 0;
       found = sb;
       break;
     }
+    list_push(&_trove_pool_full[cls], sb);   /* no free block: out of the way until swept */
   }
   pthread_mutex_unlock(&_trove_pool_lock);
   if (found) h->c.adopted++;
@@ -127,7 +135,13 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
 void _trove_pool_sweep(void) {
   trove_sb_t *empty = NULL;
   pthread_mutex_lock(&_trove_pool_lock);
-  for (size_t c = 1; c < TROVE_CLASSES; c++)
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    for (trove_sb_t *sb = _trove_pool_full[c], *next; sb; sb = next) {
+      next = sb->next;
+      if (atomic_load_explicit(&sb->thread_free, memory_order_relaxed) == NULL) continue;
+      list_remove(&_trove_pool_full[c], sb);
+      list_push(&_trove_pool[c], sb);          /* it has free blocks again */
+    }
     for (trove_sb_t *sb = _trove_pool[c], *next; sb; sb = next) {
       next = sb->next;
       sb->used -= (int32_t)_trove_sb_collect(sb);
@@ -137,6 +151,7 @@ void _trove_pool_sweep(void) {
         empty = sb;
       }
     }
+  }
   pthread_mutex_unlock(&_trove_pool_lock);
   while (empty) {
     trove_sb_t *next = empty->next;
@@ -272,7 +287,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   pthread_mutex_lock(&_trove_pool_lock);
   if (sb->state == TROVE_SB_POOL && sb->reclaim &&
       atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
-    list_remove(&_trove_pool[sb->cls], sb);
+    pool_unlink(sb);
     sb->used -= (int32_t)_trove_sb_collect(sb);
     atomic_store_explicit(&sb->heap, h, memory_order_release);
     adopted = true;

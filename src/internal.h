@@ -212,7 +212,7 @@ void _trove_pool_sweep(void) TROVE_HIDDEN;
 void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
 extern pthread_mutex_t _trove_pool_lock, _trove_heaps_lock;
 extern trove_heap_t *_trove_heaps_all;
-extern trove_sb_t *_trove_pool[TROVE_CLASSES];
+extern trove_sb_t *_trove_pool[TROVE_CLASSES], *_trove_pool_full[TROVE_CLASSES];
 
 /* ---------------------------------------------------------------- segments and page heap */
 trove_segment_t *_trove_segment_new(void) TROVE_HIDDEN;          /* page heap lock held */

@@ -220,11 +220,12 @@ TROVE_API int trove_heap_map_write(const char *path) {
   first = true;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t count = 0, used = 0, cap = 0;
-    for (trove_sb_t *sb = _trove_pool[c]; sb; sb = sb->next) {
-      count++;
-      used += (size_t)sb->used;
-      cap += sb->capacity;
-    }
+    for (int full = 0; full < 2; full++)
+      for (trove_sb_t *sb = full ? _trove_pool_full[c] : _trove_pool[c]; sb; sb = sb->next) {
+        count++;
+        used += (size_t)sb->used;
+        cap += sb->capacity;
+      }
     if (!count) continue;
     _trove_snprintf(line, sizeof line,
                     "%s{\"block_size\":%u,\"superblocks\":%zu,\"used\":%zu,\"capacity\":%zu}",
