@@ -44,7 +44,7 @@ typedef struct trove_class_stats_s {
 
 typedef struct trove_stats_s {
   size_t in_use;             /* bytes in live blocks (block sizes, small + medium + large) */
-  size_t peak_in_use;        /* highest in_use seen at a slow-path sample point */
+  size_t peak_in_use;        /* highest in_use seen by a trove_stats_get call */
   size_t held;               /* bytes mapped from the OS (segments + large mappings) */
   size_t peak_held;
   size_t resident;           /* held minus what trove has purged (upper bound of RSS share) */

@@ -441,7 +441,6 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   _trove_pool_sweep();
   _trove_pages_purge(false);
   _trove_large_purge(false);
-  _trove_stats_sample();
 }
 
 void _trove_heap_collect(trove_heap_t *h, bool force) {
@@ -505,7 +504,6 @@ static void *malloc_medium(size_t size, size_t align) {
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
   trove_sb_t *run = _trove_pages_alloc(npages, align_pages, TROVE_SPAN_MEDIUM);
   if (run == NULL) return NULL;
-  run->kind = TROVE_SPAN_MEDIUM;
   run->requested = size;
   _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);

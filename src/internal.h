@@ -139,7 +139,9 @@ extern uint8_t _trove_segmap[TROVE_SEGMAP_SIZE];
 
 TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a) {
   uintptr_t i = a >> TROVE_SEGMENT_SHIFT;
-  return likely(i < TROVE_SEGMAP_SIZE) ? _trove_segmap[i] : TROVE_MAP_NONE;
+  /* written (atomically) when segments come and go; a relaxed load is a plain byte load */
+  return likely(i < TROVE_SEGMAP_SIZE) ? __atomic_load_n(&_trove_segmap[i], __ATOMIC_RELAXED)
+                                       : TROVE_MAP_NONE;
 }
 TROVE_INLINE trove_segment_t *_trove_segment_of(uintptr_t a) {
   return (trove_segment_t *)(a & ~(uintptr_t)TROVE_SEGMENT_MASK);
@@ -290,7 +292,6 @@ int _trove_snprintf(char *buf, size_t n, const char *fmt, ...) TROVE_HIDDEN
 /* ---------------------------------------------------------------- init (init.c) */
 extern bool _trove_initialized;
 void _trove_init(void) TROVE_HIDDEN;
-void _trove_stats_sample(void) TROVE_HIDDEN;    /* slow path: update peaks */
 
 /* ---------------------------------------------------------------- the fast paths */
 /* malloc: pop the current superblock's free list. Everything else (first call of a thread,

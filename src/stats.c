@@ -94,11 +94,6 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   st->peak_resident = atomic_load(&peak_resident);
 }
 
-void _trove_stats_sample(void) {
-  trove_stats_t st;
-  trove_stats_get(&st);
-}
-
 /* ------------------------------------------------------------------ printing */
 static void print_line(void *arg, const char *s) { fprintf((FILE *)arg, "%s\n", s); }
 

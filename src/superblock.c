@@ -13,7 +13,7 @@ void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) {
 
 void _trove_sb_init(trove_sb_t *sb, size_t cls) {
   size_t bs = _trove_class_size[cls];
-  sb->kind = TROVE_SPAN_SMALL;
+  /* kind is already SMALL: the page heap sets it under its lock (neighbours read it there) */
   sb->cls = (uint8_t)cls;
   sb->capacity = sb->span_bytes / (uint32_t)bs;
   sb->free = sb->local_free = NULL;
