@@ -100,7 +100,7 @@ typedef struct trove_sb_s {
   uintptr_t start;             /* address of block 0 */
   uint32_t carved;             /* bytes of the run handed to blocks so far (0 for a free run) */
   uint32_t bsize;              /* block size; for a medium object its usable size */
-  uint64_t recip;              /* ceil(2^40 / bsize): offset -> block index without a divide */
+  uint64_t divm;               /* 2^64 / bsize + 1: divisibility by bsize without a divide */
   int32_t used;                /* live blocks, including remote frees not yet collected */
   int32_t trigger;             /* a local free slow-paths when `used` drops below this */
   _Atomic(struct trove_heap_s *) heap;  /* owner; NULL in the pool, for medium and free runs */
@@ -155,13 +155,16 @@ TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
 TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
   uintptr_t off = a - sb->start;
   /* carved grows while other threads free blocks: a relaxed atomic read (a plain load) */
-  return likely(off < __atomic_load_n(&sb->carved, __ATOMIC_RELAXED)) && likely(((off * sb->recip) >> 40) * sb->bsize == off);
+  return likely(off < __atomic_load_n(&sb->carved, __ATOMIC_RELAXED)) &&
+         likely(off * sb->divm < sb->divm);   /* off % bsize == 0 (Lemire; off < 2^32) */
 }
 
 /* ---------------------------------------------------------------- size classes (size_class.c) */
 extern uint32_t _trove_class_size[TROVE_CLASSES];
 extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superblock */
 extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+7)>>3 -> class */
+/* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
+extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 /* Class of 0 < size <= SMALL_MAX: 16-byte steps to 64, then eighths of each power of two. */
 TROVE_INLINE size_t _trove_size_class(size_t size) {
   if (size <= 64) return size <= 16 ? 1 : (size + 15) >> 4;
@@ -300,7 +303,7 @@ TROVE_INLINE void *_trove_malloc_inline(size_t size) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
   if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 7) >> 3];
-  else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_size_class(size)];
+  else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_class_mid[(size - 1) >> 7]];
   else return _trove_malloc_generic(h, size);
   trove_block_t *b = sb->free;
   if (unlikely(b == NULL)) return _trove_malloc_generic(h, size);

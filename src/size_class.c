@@ -5,6 +5,7 @@
 uint32_t _trove_class_size[TROVE_CLASSES];
 uint16_t _trove_class_pages[TROVE_CLASSES];
 uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
+uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 
 void _trove_size_classes_init(void) {
   for (size_t c = 1; c <= 4; c++) _trove_class_size[c] = (uint32_t)(16 * c);
@@ -20,6 +21,8 @@ void _trove_size_classes_init(void) {
       pages++;
     _trove_class_pages[c] = (uint16_t)pages;
   }
+  for (size_t i = 0; i < (TROVE_SMALL_MAX >> 7); i++)
+    _trove_class_mid[i] = (uint8_t)_trove_size_class((i + 1) << 7);
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++)
     _trove_class_direct[i] = (uint8_t)_trove_size_class(i == 0 ? 1 : i * 8);
 }

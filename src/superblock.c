@@ -7,7 +7,7 @@
 
 void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) {
   run->bsize = (uint32_t)bsize;
-  run->recip = (((uint64_t)1 << 40) / bsize) + 1;
+  run->divm = UINT64_MAX / bsize + 1;
   run->carved = (uint32_t)carved;
 }
 
@@ -29,7 +29,7 @@ bool _trove_sb_extend(trove_sb_t *sb) {
   size_t bs = sb->bsize, limit = (size_t)sb->capacity * bs;
   if (sb->carved >= limit) return false;
   size_t n = TROVE_EXTEND_BYTES / bs;
-  if (n == 0) n = 1;
+  if (n < 4) n = 4;           /* carving writes block heads only: one page touched per block */
   if (sb->carved + n * bs > limit) n = (limit - sb->carved) / bs;
   uintptr_t first = sb->start + sb->carved;
   trove_block_t *head = sb->free;
