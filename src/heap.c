@@ -13,13 +13,12 @@
  * a heap that no longer owns its superblock is forwarded.
  *
  * Blowup (Hoard 3.1): a superblock whose live blocks drop below (1-f) of its capacity is
- * "sparse". A heap keeps at most K sparse superblocks; past that it moves its emptiest one to
- * the pool, where any thread adopts it for the same size class, and an empty superblock goes
- * back to the page heap for any size class. Hence for each heap the memory not in sparse,
- * current or cached superblocks is at most u/(1-f), and
- *     A <= U/(1-f) + P * (K + C + E) * S
- * with C current superblocks (at most one per size class in use) and E cached empty ones per
- * heap: O(U + P), independent of the run's length. docs/DESIGN.md derives it. */
+ * "sparse" (empty ones included). A heap keeps at most K sparse superblocks; past that it moves
+ * its emptiest one to the pool, where any thread adopts it for the same size class, or, if it
+ * is empty, to the page heap for any size class. Every other superblock of a heap is either
+ * current (one per class in use, C) or at least (1-f) full, so
+ *     A <= U/(1-f) + P * (K + C) * S
+ * independent of the run's length. docs/DESIGN.md derives it. */
 #include "internal.h"
 #include <limits.h>
 #include <string.h>
@@ -69,7 +68,7 @@ static int32_t sparse_threshold(const trove_sb_t *sb) {
 static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   if (sb != &_trove_sb_empty) {
     sb->state = TROVE_SB_CURRENT;
-    sb->trigger = 0;            /* the current superblock never leaves on a free */
+    _trove_sb_set_trigger(sb, 0);   /* the current superblock never leaves on a free */
   }
   h->cur[cls] = sb;
   size_t bs = _trove_class_size[cls];
@@ -99,8 +98,8 @@ static void sb_to_page_heap(trove_sb_t *sb) { _trove_pages_free(sb); }
 /* An owned superblock leaves its heap: empty ones go back to the page heap, others to the pool. */
 static void sb_release(trove_sb_t *sb, bool reclaim) {
   sb->reclaim = reclaim;
-  sb->used -= (int32_t)_trove_sb_collect(sb);
-  if (sb->used == 0) {
+  sb->slack -= (int32_t)_trove_sb_collect(sb);
+  if (_trove_sb_used(sb) == 0) {
     atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
     sb_to_page_heap(sb);
     return;
@@ -116,8 +115,8 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
   pthread_mutex_lock(&_trove_pool_lock);
   for (trove_sb_t *sb; (sb = _trove_pool[cls]) != NULL;) {
     list_remove(&_trove_pool[cls], sb);
-    sb->used -= (int32_t)_trove_sb_collect(sb);
-    if (sb->used < (int32_t)sb->capacity) {
+    sb->slack -= (int32_t)_trove_sb_collect(sb);
+    if (_trove_sb_used(sb) < (int32_t)sb->capacity) {
       atomic_store_explicit(&sb->heap, h, memory_order_release);
       sb->reclaim = 0;
       found = sb;
@@ -144,8 +143,8 @@ void _trove_pool_sweep(void) {
     }
     for (trove_sb_t *sb = _trove_pool[c], *next; sb; sb = next) {
       next = sb->next;
-      sb->used -= (int32_t)_trove_sb_collect(sb);
-      if (sb->used == 0) {
+      sb->slack -= (int32_t)_trove_sb_collect(sb);
+      if (_trove_sb_used(sb) == 0) {
         list_remove(&_trove_pool[c], sb);
         sb->next = empty;
         empty = sb;
@@ -174,27 +173,18 @@ void _trove_pool_sweep(void) {
 }
 
 /* ------------------------------------------------------------------ empty superblocks */
-static void sb_empty(trove_heap_t *h, trove_sb_t *sb) {
-  if (h->ncached < TROVE_EMPTY_CACHE) {
-    sb->state = TROVE_SB_CACHED;
-    sb->freed_at = _trove_os_now_ms();
-    list_push(&h->cached, sb);
-    h->ncached++;
-    return;
-  }
-  atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
-  sb_to_page_heap(sb);
-}
-
-static void cache_trim(trove_heap_t *h, bool all) {
+/* An empty superblock stays on its heap's sparse list (it counts towards K) with its free
+ * list intact, so the same class reuses it without carving again; it leaves when the sparse
+ * list overflows or after the purge delay. */
+static void sparse_trim(trove_heap_t *h, bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
-  for (trove_sb_t *sb = h->cached, *next; sb; sb = next) {
+  for (trove_sb_t *sb = h->sparse, *next; sb; sb = next) {
     next = sb->next;
-    if (all || now - sb->freed_at >= delay) {
-      list_remove(&h->cached, sb);
-      h->ncached--;
-      atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
-      sb_to_page_heap(sb);
+    if (_trove_sb_used(sb) == 0 && (all || now - sb->freed_at >= delay)) {
+      list_remove(&h->sparse, sb);
+      h->nsparse--;
+      h->nempty--;
+      sb_release(sb, false);
     }
   }
 }
@@ -203,16 +193,17 @@ static void cache_trim(trove_heap_t *h, bool all) {
 static void sparse_release_emptiest(trove_heap_t *h) {
   trove_sb_t *min = h->sparse;
   for (trove_sb_t *sb = h->sparse; sb; sb = sb->next)
-    if (sb->used < min->used) min = sb;
+    if (_trove_sb_used(sb) < _trove_sb_used(min)) min = sb;
   list_remove(&h->sparse, min);
   h->nsparse--;
+  if (_trove_sb_used(min) == 0) h->nempty--;
   h->c.released++;
   sb_release(min, false);   /* not adopted again on a free: no ping-pong */
 }
 
 static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
   sb->state = TROVE_SB_SPARSE;
-  sb->trigger = 1;                         /* next slow free: when it becomes empty */
+  _trove_sb_set_trigger(sb, 1);            /* next slow free: when it becomes empty */
   list_push(&h->sparse, sb);
   if (++h->nsparse > (uint32_t)TROVE_OPT(BLOWUP_K)) sparse_release_emptiest(h);
 }
@@ -222,11 +213,11 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
   switch (sb->state) {
   case TROVE_SB_FULL:
     list_remove(&h->lists[sb->cls].full, sb);
-    if (sb->used < sparse_threshold(sb)) {
+    if (_trove_sb_used(sb) < sparse_threshold(sb)) {
       make_sparse(h, sb);
     } else {
       sb->state = TROVE_SB_PARTIAL;
-      sb->trigger = sparse_threshold(sb);
+      _trove_sb_set_trigger(sb, sparse_threshold(sb));
       list_push(&h->lists[sb->cls].partial, sb);
     }
     break;
@@ -235,10 +226,9 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
     make_sparse(h, sb);
     break;
   case TROVE_SB_SPARSE:
-    if (sb->used == 0) {
-      list_remove(&h->sparse, sb);
-      h->nsparse--;
-      sb_empty(h, sb);
+    if (_trove_sb_used(sb) == 0) {
+      sb->freed_at = _trove_os_now_ms();
+      h->nempty++;
     }
     break;
   default:
@@ -255,7 +245,7 @@ void _trove_free_slow(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
 static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
   b->next = sb->local_free;
   sb->local_free = b;
-  if (--sb->used < sb->trigger) sb_underflow(h, sb);
+  if (--sb->slack < 0) sb_underflow(h, sb);
 }
 
 /* ------------------------------------------------------------------ remote frees */
@@ -288,7 +278,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   if (sb->state == TROVE_SB_POOL && sb->reclaim &&
       atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
     pool_unlink(sb);
-    sb->used -= (int32_t)_trove_sb_collect(sb);
+    sb->slack -= (int32_t)_trove_sb_collect(sb);
     atomic_store_explicit(&sb->heap, h, memory_order_release);
     adopted = true;
   }
@@ -297,7 +287,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   h->c.adopted++;
   sb->reclaim = 0;
   sb->state = TROVE_SB_FULL;               /* the local free below files it where it belongs */
-  sb->trigger = INT32_MAX;
+  _trove_sb_set_trigger(sb, (int32_t)sb->capacity + 1);
   list_push(&h->lists[sb->cls].full, sb);
   free_local(h, sb, b);
   return true;
@@ -336,8 +326,8 @@ static void heap_reset(trove_heap_t *h) {
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = &_trove_sb_empty;
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   memset(h->lists, 0, sizeof h->lists);
-  h->sparse = h->cached = NULL;
-  h->nsparse = h->ncached = 0;
+  h->sparse = NULL;
+  h->nsparse = h->nempty = 0;
 }
 
 static trove_heap_t *heap_acquire(void) {
@@ -386,7 +376,6 @@ static void heap_abandon(trove_heap_t *h) {
     list_remove(&h->sparse, sb);
     sb_release(sb, true);
   }
-  cache_trim(h, true);
   heap_reset(h);
 }
 
@@ -432,9 +421,7 @@ static trove_heap_t *thread_heap_init(void) {
 void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
-  if (h != &_trove_heap_empty && h->ncached &&
-      now - h->cached->freed_at >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS))
-    cache_trim(h, false);
+  if (h != &_trove_heap_empty && h->nempty) sparse_trim(h, false);
   if (now < due) return;
   uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
@@ -446,7 +433,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
 void _trove_heap_collect(trove_heap_t *h, bool force) {
   if (h != &_trove_heap_empty) {
     drain_remote(h);
-    cache_trim(h, force);
+    sparse_trim(h, force);
   }
   _trove_pool_sweep();
   _trove_pages_purge(force);
@@ -462,23 +449,22 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls) {
     list_remove(&h->lists[cls].partial, sb);
     return sb;
   }
-  for (sb = h->sparse; sb; sb = sb->next)
-    if (sb->cls == cls) {
-      list_remove(&h->sparse, sb);
-      h->nsparse--;
-      return sb;
-    }
-  if ((sb = pool_adopt(h, cls)) != NULL) return sb;
+  trove_sb_t *best = NULL, *empty = NULL;    /* the fullest sparse one of this class */
   size_t pages = _trove_class_pages[cls];
-  while ((sb = h->cached) != NULL) {
-    list_remove(&h->cached, sb);
-    h->ncached--;
-    if (sb->npages == pages) {
-      _trove_sb_init(sb, cls);
-      return sb;
-    }
-    atomic_store_explicit(&sb->heap, NULL, memory_order_relaxed);
-    sb_to_page_heap(sb);
+  for (sb = h->sparse; sb; sb = sb->next) {
+    if (sb->cls == cls && (best == NULL || _trove_sb_used(sb) > _trove_sb_used(best))) best = sb;
+    if (_trove_sb_used(sb) == 0 && sb->npages == pages) empty = sb;
+  }
+  if (best == NULL && (best = pool_adopt(h, cls)) != NULL) return best;
+  if (best == NULL && empty != NULL) {       /* an empty one of another class: re-carve */
+    best = empty;
+    _trove_sb_init(best, cls);
+  }
+  if (best) {
+    list_remove(&h->sparse, best);
+    h->nsparse--;
+    if (_trove_sb_used(best) == 0) h->nempty--;
+    return best;
   }
   sb = _trove_pages_alloc(pages, 1, TROVE_SPAN_SMALL);
   if (sb == NULL) return NULL;
@@ -490,7 +476,7 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls) {
 
 /* Refill `sb` from its own lists; false if it has no free block at all. */
 static bool sb_refill(trove_sb_t *sb) {
-  if (sb->local_free == NULL) sb->used -= (int32_t)_trove_sb_collect(sb);
+  if (sb->local_free == NULL) sb->slack -= (int32_t)_trove_sb_collect(sb);
   if (sb->local_free) {
     sb->free = sb->local_free;
     sb->local_free = NULL;
@@ -530,7 +516,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
       sb->local_free = b->next;
       sb->free = sb->local_free;
       sb->local_free = NULL;
-      sb->used++;
+      sb->slack++;
       b->tag = 0;
       return b;
     }
@@ -553,7 +539,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
     if (sb->free || (sb != &_trove_sb_empty && sb_refill(sb))) break;
     if (sb != &_trove_sb_empty) {         /* exhausted: it waits on the full list */
       sb->state = TROVE_SB_FULL;
-      sb->trigger = INT32_MAX;
+      _trove_sb_set_trigger(sb, (int32_t)sb->capacity + 1);  /* any free slow-paths */
       list_push(&h->lists[cls].full, sb);
       h->cur[cls] = &_trove_sb_empty;
     }
@@ -566,7 +552,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
   }
   trove_block_t *b = sb->free;
   sb->free = b->next;
-  sb->used++;
+  sb->slack++;
   b->tag = 0;
   return b;
 enomem:

@@ -84,7 +84,6 @@ typedef enum {             /* where a small superblock is; decides what a free's
   TROVE_SB_SPARSE,         /* owned, f-empty: on the heap's sparse list (at most K of them) */
   TROVE_SB_FULL,           /* owned, no free block: on the class's full list */
   TROVE_SB_POOL,           /* in the shared pool, owned by no heap */
-  TROVE_SB_CACHED,         /* empty, kept in its heap's cache of empty superblocks */
 } trove_sb_state_t;
 
 struct trove_heap_s;
@@ -101,8 +100,9 @@ typedef struct trove_sb_s {
   uint32_t carved;             /* bytes of the run handed to blocks so far (0 for a free run) */
   uint32_t bsize;              /* block size; for a medium object its usable size */
   uint64_t divm;               /* 2^64 / bsize + 1: divisibility by bsize without a divide */
-  int32_t used;                /* live blocks, including remote frees not yet collected */
-  int32_t trigger;             /* a local free slow-paths when `used` drops below this */
+  int32_t slack;               /* used - trigger: a local free slow-paths when it drops below 0
+                                  (used = live blocks, including remote frees not collected) */
+  int32_t trigger;
   _Atomic(struct trove_heap_s *) heap;  /* owner; NULL in the pool, for medium and free runs */
   /* cold: slow paths */
   _Atomic(trove_block_t *) thread_free __attribute__((aligned(TROVE_CACHE_LINE)));
@@ -116,7 +116,7 @@ typedef struct trove_sb_s {
   uint8_t cls;
   uint8_t dirty;               /* free run: touched since the last purge */
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
-  uint64_t freed_at;           /* free run / cached sb: when it became free (ms) */
+  uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
   size_t requested;            /* medium: bytes asked for (stats) */
 } trove_sb_t;
 
@@ -126,10 +126,12 @@ typedef struct trove_segment_s {
   uint32_t free_pages;                       /* pages in free runs */
   uint32_t first_page;                       /* pages before it hold this header */
   uint64_t empty_since;                      /* all pages free since (ms), 0 if not */
+  /* page -> byte offset in sb[] of its run's descriptor (first page * 128 fits 16 bits) */
   uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t sb[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
 } trove_segment_t;
 
+_Static_assert(sizeof(trove_sb_t) == 128, "pagemap offsets assume 128-byte descriptors");
 #define TROVE_SEGMENT_MAGIC 0x65766f7274ull   /* "trove" */
 #define TROVE_HEADER_PAGES ((sizeof(trove_segment_t) + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT)
 
@@ -148,7 +150,13 @@ TROVE_INLINE trove_segment_t *_trove_segment_of(uintptr_t a) {
 }
 TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
   size_t page = (a & TROVE_SEGMENT_MASK) >> TROVE_PAGE_SHIFT;
-  return &seg->sb[seg->pagemap[page]];
+  return (trove_sb_t *)((char *)seg->sb + seg->pagemap[page]);
+}
+/* Live blocks of a small superblock, and the trigger that keeps `slack` = used - trigger. */
+TROVE_INLINE int32_t _trove_sb_used(const trove_sb_t *sb) { return sb->slack + sb->trigger; }
+TROVE_INLINE void _trove_sb_set_trigger(trove_sb_t *sb, int32_t t) {
+  sb->slack += sb->trigger - t;
+  sb->trigger = t;
 }
 /* Is `a` the start of a block of `sb` that has been handed out at least once? Rejects
  * addresses in headers, free runs, tails and interiors of blocks. */
@@ -175,7 +183,6 @@ TROVE_INLINE size_t _trove_size_class(size_t size) {
 void _trove_size_classes_init(void);
 
 /* ---------------------------------------------------------------- thread heaps (heap.c) */
-#define TROVE_EMPTY_CACHE 4           /* empty superblocks a heap keeps for reuse */
 
 typedef struct trove_class_lists_s { trove_sb_t *partial, *full; } trove_class_lists_t;
 
@@ -191,8 +198,7 @@ typedef struct trove_heap_s {
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
   uint32_t nsparse;
-  uint32_t ncached;
-  trove_sb_t *cached;                      /* empty superblocks kept for any class */
+  uint32_t nempty;                         /* sparse ones with no live block */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   bool alive;                              /* a thread runs on it */
   bool orphan;                             /* its thread vanished in a fork: never reused */
@@ -308,7 +314,7 @@ TROVE_INLINE void *_trove_malloc_inline(size_t size) {
   trove_block_t *b = sb->free;
   if (unlikely(b == NULL)) return _trove_malloc_generic(h, size);
   sb->free = b->next;
-  sb->used++;
+  sb->slack++;
   b->tag = 0;
   return b;
 }
@@ -335,7 +341,7 @@ TROVE_INLINE void _trove_free_inline(void *p) {
   if (likely(atomic_load_explicit(&sb->heap, memory_order_relaxed) == h)) {
     b->next = sb->local_free;
     sb->local_free = b;
-    if (unlikely(--sb->used < sb->trigger)) _trove_free_slow(h, sb, b);
+    if (unlikely(--sb->slack < 0)) _trove_free_slow(h, sb, b);
     return;
   }
   _trove_free_other(sb, b);

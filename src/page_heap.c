@@ -42,7 +42,7 @@ static void bin_remove(trove_sb_t *run) {
 /* Point every page of [first, first+n) at `first`, so that a lookup of any address in the run
  * finds its descriptor. */
 static void map_pages(trove_segment_t *seg, size_t first, size_t n) {
-  for (size_t i = 0; i < n; i++) seg->pagemap[first + i] = (uint16_t)first;
+  for (size_t i = 0; i < n; i++) seg->pagemap[first + i] = (uint16_t)(first * sizeof(trove_sb_t));
 }
 
 static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, bool dirty,
@@ -145,7 +145,7 @@ void _trove_pages_free(trove_sb_t *run) {
   run->carved = 0;
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
   if (first > seg->first_page) {                      /* coalesce with the run before */
-    trove_sb_t *left = &seg->sb[seg->pagemap[first - 1]];
+    trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
     if (left->kind == TROVE_SPAN_FREE) {
       bin_remove(left);
       n += first - left->page;

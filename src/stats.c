@@ -20,10 +20,10 @@ static void raise_peak(_Atomic size_t *peak, size_t v) {
 }
 
 static const char *state_name(const trove_sb_t *sb) {
-  static const char *const names[] = {"current", "partial", "sparse", "full", "pool", "cached"};
+  static const char *const names[] = {"current", "partial", "sparse", "full", "pool"};
   if (sb->kind == TROVE_SPAN_FREE) return sb->dirty ? "dirty" : "purged";
   if (sb->kind == TROVE_SPAN_MEDIUM) return "medium";
-  return sb->state < 6 ? names[sb->state] : "?";
+  return sb->state < 5 ? names[sb->state] : "?";
 }
 
 /* Walk every run of every segment; the page heap lock keeps runs from splitting under us. */
@@ -34,12 +34,12 @@ static void walk_segments(trove_stats_t *st) {
       const trove_sb_t *sb = &seg->sb[pg];
       size_t n = sb->npages ? sb->npages : 1;
       if (sb->kind == TROVE_SPAN_SMALL) {
-        int32_t used = __atomic_load_n(&sb->used, __ATOMIC_RELAXED);
+        int32_t used = _trove_sb_used(sb);
         trove_class_stats_t *c = &st->classes[sb->cls];
         c->block_size = sb->bsize;
         c->superblocks++;
         c->blocks_capacity += sb->capacity;
-        if (sb->state != TROVE_SB_CACHED && used > 0) {
+        if (used > 0) {
           c->blocks_in_use += (size_t)used;
           st->in_use += (size_t)used * sb->bsize;
         }
@@ -183,14 +183,14 @@ TROVE_API int trove_heap_map_write(const char *path) {
                          : sb->kind == TROVE_SPAN_MEDIUM ? "medium"
                                                          : "free";
       trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_relaxed);
-      int32_t used = __atomic_load_n(&sb->used, __ATOMIC_RELAXED);
+      int32_t used = sb->kind == TROVE_SPAN_SMALL ? _trove_sb_used(sb) : 0;
       _trove_snprintf(line, sizeof line,
                       "%s{\"page\":%zu,\"npages\":%zu,\"kind\":\"%s\",\"state\":\"%s\","
                       "\"block_size\":%u,\"capacity\":%u,\"used\":%d,\"owner\":%u}",
                       first ? "" : ",", pg, n, kind, state_name(sb),
                       sb->kind == TROVE_SPAN_FREE ? 0u : sb->bsize,
                       sb->kind == TROVE_SPAN_SMALL ? sb->capacity : (sb->kind ? 1u : 0u),
-                      sb->kind == TROVE_SPAN_SMALL ? (used > 0 && sb->state != TROVE_SB_CACHED ? used : 0)
+                      sb->kind == TROVE_SPAN_SMALL ? (used > 0 ? used : 0)
                                                    : (sb->kind == TROVE_SPAN_MEDIUM ? 1 : 0),
                       owner ? owner->id : 0u);
       jw_put(&w, line);
@@ -218,7 +218,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
     for (int full = 0; full < 2; full++)
       for (trove_sb_t *sb = full ? _trove_pool_full[c] : _trove_pool[c]; sb; sb = sb->next) {
         count++;
-        used += (size_t)sb->used;
+        used += (size_t)_trove_sb_used(sb);
         cap += sb->capacity;
       }
     if (!count) continue;

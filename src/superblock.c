@@ -17,7 +17,7 @@ void _trove_sb_init(trove_sb_t *sb, size_t cls) {
   sb->cls = (uint8_t)cls;
   sb->capacity = sb->span_bytes / (uint32_t)bs;
   sb->free = sb->local_free = NULL;
-  sb->used = 0;
+  sb->slack = 0;
   sb->trigger = 0;
   atomic_store_explicit(&sb->thread_free, NULL, memory_order_relaxed);
   _trove_sb_set_run(sb, bs, 0);
