@@ -267,6 +267,51 @@ static void route_block(trove_sb_t *sb, trove_block_t *b) {
 static trove_heap_t *thread_heap_init(void);
 static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
 
+/* ------------------------------------------------------------------ medium runs */
+/* A thread keeps a few medium runs it freed (at most 8, 2 MiB together, for at most the purge
+ * delay) and reuses one of the same length without taking the page heap lock. */
+#define TROVE_MCACHE_MAX 8
+#define TROVE_MCACHE_PAGES (((size_t)2 << 20) >> TROVE_PAGE_SHIFT)
+
+static void medium_free(trove_heap_t *h, trove_sb_t *run) {
+  if (h != &_trove_heap_empty && h->nmcache < TROVE_MCACHE_MAX &&
+      h->mcache_pages + run->npages <= TROVE_MCACHE_PAGES) {
+    run->state = TROVE_SB_POOL;              /* "not live", for the statistics */
+    run->dirty = 1;
+    run->freed_at = _trove_os_now_ms();
+    list_push(&h->mcache, run);
+    h->nmcache++;
+    h->mcache_pages += run->npages;
+    return;
+  }
+  _trove_pages_free(run);
+}
+
+static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t npages) {
+  for (trove_sb_t *run = h->mcache; run; run = run->next)
+    if (run->npages == npages) {
+      list_remove(&h->mcache, run);
+      h->nmcache--;
+      h->mcache_pages -= run->npages;
+      run->state = 0;
+      return run;
+    }
+  return NULL;
+}
+
+static void medium_cache_trim(trove_heap_t *h, bool all) {
+  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  for (trove_sb_t *run = h->mcache, *next; run; run = next) {
+    next = run->next;
+    if (all || now - run->freed_at >= delay) {
+      list_remove(&h->mcache, run);
+      h->nmcache--;
+      h->mcache_pages -= run->npages;
+      _trove_pages_free(run);
+    }
+  }
+}
+
 /* A free into a superblock that an exiting thread abandoned: the freeing thread adopts it, so
  * that the rest of its blocks are freed locally and its memory is reused or given back even if
  * no thread ever allocates from that class again (Larson's blocks outlive their threads). */
@@ -297,7 +342,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
  * block's tag is already written. */
 void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
   if (sb->kind == TROVE_SPAN_MEDIUM) {
-    _trove_pages_free(sb);
+    medium_free(_trove_tls_heap, sb);
     return;
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
@@ -326,8 +371,8 @@ static void heap_reset(trove_heap_t *h) {
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = &_trove_sb_empty;
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   memset(h->lists, 0, sizeof h->lists);
-  h->sparse = NULL;
-  h->nsparse = h->nempty = 0;
+  h->sparse = h->mcache = NULL;
+  h->nsparse = h->nempty = h->nmcache = h->mcache_pages = 0;
 }
 
 static trove_heap_t *heap_acquire(void) {
@@ -376,6 +421,7 @@ static void heap_abandon(trove_heap_t *h) {
     list_remove(&h->sparse, sb);
     sb_release(sb, true);
   }
+  medium_cache_trim(h, true);
   heap_reset(h);
 }
 
@@ -422,6 +468,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
   if (h != &_trove_heap_empty && h->nempty) sparse_trim(h, false);
+  if (h != &_trove_heap_empty && h->nmcache) medium_cache_trim(h, false);
   if (now < due) return;
   uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
@@ -434,6 +481,7 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
   if (h != &_trove_heap_empty) {
     drain_remote(h);
     sparse_trim(h, force);
+    medium_cache_trim(h, force);
   }
   _trove_pool_sweep();
   _trove_pages_purge(force);
@@ -485,20 +533,25 @@ static bool sb_refill(trove_sb_t *sb) {
   return _trove_sb_extend(sb);
 }
 
-static void *malloc_medium(size_t size, size_t align) {
+static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
-  trove_sb_t *run = _trove_pages_alloc(npages, align_pages, TROVE_SPAN_MEDIUM);
-  if (run == NULL) return NULL;
+  trove_sb_t *run = h && h->nmcache && align_pages == 1 ? medium_cache_take(h, npages) : NULL;
+  if (run == NULL) {
+    run = _trove_pages_alloc(npages, align_pages, TROVE_SPAN_MEDIUM);
+    if (run == NULL) return NULL;
+    run->state = 0;
+    _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
+    atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
+  }
   run->requested = size;
-  _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
-  atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
+  ((trove_block_t *)run->start)->tag = 0;   /* a tag left by an earlier free is not ours */
   return (void *)run->start;
 }
 
 void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;
 void *_trove_malloc_medium(size_t size, size_t align, bool zero) {
-  void *p = malloc_medium(size, align);
+  void *p = malloc_medium(NULL, size, align);
   if (p && zero) {
     trove_sb_t *run = _trove_sb_of(_trove_segment_of((uintptr_t)p), (uintptr_t)p);
     if (run->dirty) memset(p, 0, run->bsize);
@@ -529,7 +582,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
   drain_remote(h);
   if ((++h->tick & 31) == 0) _trove_heap_maybe_purge(h);
   if (size > TROVE_SMALL_MAX) {
-    void *p = size <= TROVE_MEDIUM_MAX ? malloc_medium(size, 0) : _trove_large_alloc(size, 0, false);
+    void *p = size <= TROVE_MEDIUM_MAX ? malloc_medium(h, size, 0) : _trove_large_alloc(size, 0, false);
     if (p == NULL) goto enomem;
     return p;
   }

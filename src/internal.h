@@ -199,6 +199,8 @@ typedef struct trove_heap_s {
   trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
   uint32_t nsparse;
   uint32_t nempty;                         /* sparse ones with no live block */
+  trove_sb_t *mcache;                      /* medium runs this thread freed, for reuse */
+  uint32_t nmcache, mcache_pages;
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   bool alive;                              /* a thread runs on it */
   bool orphan;                             /* its thread vanished in a fork: never reused */

@@ -47,7 +47,7 @@ static void walk_segments(trove_stats_t *st) {
           st->pool_superblocks++;
           st->pool_bytes += sb->span_bytes;
         }
-      } else if (sb->kind == TROVE_SPAN_MEDIUM) {
+      } else if (sb->kind == TROVE_SPAN_MEDIUM && sb->state == 0) {
         st->medium_objects++;
         st->medium_bytes += sb->bsize;
         st->in_use += sb->bsize;
