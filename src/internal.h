@@ -76,6 +76,7 @@ typedef enum {
   TROVE_SPAN_FREE = 0,     /* a free page run in the page heap */
   TROVE_SPAN_SMALL,        /* a superblock of one size class */
   TROVE_SPAN_MEDIUM,       /* one medium object */
+  TROVE_SPAN_PURGING,      /* a free run out of the page heap while madvise runs */
 } trove_span_kind_t;
 
 typedef enum {             /* where a small superblock is; decides what a free's slow path does */

@@ -118,36 +118,24 @@ trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages, int kind) {
   return r;
 }
 
-static void purge_run(trove_sb_t *run) {
-  if (!run->dirty) return;
-  _trove_os_purge((void *)run_addr(run), run->span_bytes);
-  run->dirty = 0;
-  dirty_pages -= run->npages;
+/* Purging happens outside the lock (madvise can take a while on a large run, and other
+ * threads must not wait for it): a run to purge leaves its bin with kind PURGING, which no
+ * neighbour merges with and no segment unmap passes, and comes back clean afterwards. */
+static void purge_take(trove_sb_t *run, trove_sb_t **list) {
+  bin_remove(run);
+  run->kind = TROVE_SPAN_PURGING;
+  run->next = *list;
+  *list = run;
 }
 
-/* Called with the lock held: give back dirty runs until the dirty total is under half the cap,
- * longest runs first (most memory per system call). */
-static void purge_over_cap(void) {
-  size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
-  if (dirty_pages <= cap) return;
-  for (size_t b = BINS; b-- > 1 && dirty_pages > cap / 2;)
-    for (trove_sb_t *r = bins[b]; r && dirty_pages > cap / 2; r = r->next) purge_run(r);
-}
-
-void _trove_pages_free(trove_sb_t *run) {
-  trove_segment_t *seg = seg_of(run);
-  uint64_t now = _trove_os_now_ms();
-  pthread_mutex_lock(&_trove_pages_lock);
-  size_t first = run->page, n = run->npages;
-  bool dirty = true;
-  seg->free_pages += (uint32_t)n;
-  run->kind = TROVE_SPAN_FREE;
-  run->carved = 0;
-  atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
+/* Insert the free run [first, first+n) of `seg`, merged with free neighbours (lock held). */
+static void insert_free(trove_segment_t *seg, size_t first, size_t n, bool dirty, uint64_t at) {
   if (first > seg->first_page) {                      /* coalesce with the run before */
     trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
     if (left->kind == TROVE_SPAN_FREE) {
       bin_remove(left);
+      dirty |= left->dirty;
+      if (left->freed_at > at) at = left->freed_at;
       n += first - left->page;
       first = left->page;
     }
@@ -156,13 +144,51 @@ void _trove_pages_free(trove_sb_t *run) {
     trove_sb_t *right = &seg->sb[first + n];
     if (right->kind == TROVE_SPAN_FREE) {
       bin_remove(right);
+      dirty |= right->dirty;
+      if (right->freed_at > at) at = right->freed_at;
       n += right->npages;
     }
   }
-  bin_push(make_free_run(seg, first, n, dirty, now));
-  if (seg->free_pages == TROVE_SEGMENT_PAGES - seg->first_page) seg->empty_since = now ? now : 1;
-  purge_over_cap();
+  bin_push(make_free_run(seg, first, n, dirty, at));
+  if (n == TROVE_SEGMENT_PAGES - seg->first_page) seg->empty_since = at ? at : 1;
+}
+
+static void purge_finish(trove_sb_t *list) {
+  if (list == NULL) return;
+  for (trove_sb_t *r = list; r; r = r->next) _trove_os_purge((void *)run_addr(r), r->span_bytes);
+  pthread_mutex_lock(&_trove_pages_lock);
+  for (trove_sb_t *r = list, *next; r; r = next) {
+    next = r->next;
+    insert_free(seg_of(r), r->page, r->npages, false, r->freed_at);
+  }
   pthread_mutex_unlock(&_trove_pages_lock);
+}
+
+/* Lock held: pick dirty runs to give back until the dirty total is under half the cap,
+ * longest runs first (most memory per system call). */
+static trove_sb_t *purge_over_cap(void) {
+  size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
+  trove_sb_t *list = NULL;
+  if (dirty_pages <= cap) return NULL;
+  for (size_t b = BINS; b-- > 1 && dirty_pages > cap / 2;)
+    for (trove_sb_t *r = bins[b], *next; r && dirty_pages > cap / 2; r = next) {
+      next = r->next;
+      if (r->dirty) purge_take(r, &list);
+    }
+  return list;
+}
+
+void _trove_pages_free(trove_sb_t *run) {
+  trove_segment_t *seg = seg_of(run);
+  uint64_t now = _trove_os_now_ms();
+  pthread_mutex_lock(&_trove_pages_lock);
+  seg->free_pages += run->npages;
+  run->carved = 0;
+  atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
+  insert_free(seg, run->page, run->npages, true, now);
+  trove_sb_t *purge = purge_over_cap();
+  pthread_mutex_unlock(&_trove_pages_lock);
+  purge_finish(purge);
 }
 
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
@@ -193,18 +219,25 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
  * segments that stayed empty that long. */
 void _trove_pages_purge(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  trove_sb_t *list = NULL;
   pthread_mutex_lock(&_trove_pages_lock);
-  for (size_t b = 1; b < BINS; b++)
-    for (trove_sb_t *r = bins[b]; r; r = r->next)
-      if (r->dirty && (all || now - r->freed_at >= delay)) purge_run(r);
   for (trove_segment_t *seg = _trove_segments, *next; seg; seg = next) {
     next = seg->next;
-    if (seg->empty_since && (all || now - seg->empty_since >= delay)) {
-      bin_remove(&seg->sb[seg->first_page]);
+    trove_sb_t *whole = &seg->sb[seg->first_page];
+    if (seg->empty_since && whole->kind == TROVE_SPAN_FREE &&
+        whole->npages == TROVE_SEGMENT_PAGES - seg->first_page &&
+        (all || now - seg->empty_since >= delay)) {
+      bin_remove(whole);
       _trove_segment_free(seg);
     }
   }
+  for (size_t b = 1; b < BINS; b++)
+    for (trove_sb_t *r = bins[b], *next; r; r = next) {
+      next = r->next;
+      if (r->dirty && (all || now - r->freed_at >= delay)) purge_take(r, &list);
+    }
   pthread_mutex_unlock(&_trove_pages_lock);
+  purge_finish(list);
 }
 
 /* stats.c reads the bins under the lock */

@@ -22,6 +22,7 @@ static void raise_peak(_Atomic size_t *peak, size_t v) {
 static const char *state_name(const trove_sb_t *sb) {
   static const char *const names[] = {"current", "partial", "sparse", "full", "pool"};
   if (sb->kind == TROVE_SPAN_FREE) return sb->dirty ? "dirty" : "purged";
+  if (sb->kind == TROVE_SPAN_PURGING) return "purged";
   if (sb->kind == TROVE_SPAN_MEDIUM) return "medium";
   return sb->state < 5 ? names[sb->state] : "?";
 }
