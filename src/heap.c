@@ -42,6 +42,7 @@ static size_t heap_chunk_left;
 static uint32_t heap_next_id;
 static _Atomic uint64_t next_purge_ms;
 static __thread uint32_t remote_ticks __attribute__((tls_model("initial-exec")));
+static __thread bool freed_into_pool __attribute__((tls_model("initial-exec")));
 extern pthread_key_t _trove_thread_key;
 void _trove_fork_register(void) TROVE_HIDDEN;
 
@@ -347,7 +348,10 @@ void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
   if (owner != NULL) push_block(&owner->remote, b);
-  else if (!(sb->reclaim && reclaim_on_free(sb, b))) push_block(&sb->thread_free, b);
+  else if (!(sb->reclaim && reclaim_on_free(sb, b))) {
+    push_block(&sb->thread_free, b);
+    freed_into_pool = true;
+  }
   /* A thread that only frees must still let time-based work happen (pool sweep, purge). */
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
@@ -433,7 +437,8 @@ void _trove_heap_thread_done(void *arg) {
   _trove_tls_heap = &_trove_heap_empty;
   /* What this thread freed into pool superblocks may be all that keeps them: collect now, a
    * server's threads often exit right after a burst of frees and nothing else follows. */
-  _trove_pool_sweep();
+  if (freed_into_pool) _trove_pool_sweep();
+  freed_into_pool = false;
   pthread_mutex_lock(&_trove_heaps_lock);
   h->alive = false;
   h->next_free = heaps_free;
