@@ -47,6 +47,7 @@ extern pthread_key_t _trove_thread_key;
 void _trove_fork_register(void) TROVE_HIDDEN;
 
 static void route_block(trove_sb_t *sb, trove_block_t *b);
+static void drain_remote(trove_heap_t *h);
 
 /* ------------------------------------------------------------------ intrusive lists */
 static void list_push(trove_sb_t **head, trove_sb_t *sb) {
@@ -240,6 +241,9 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
 void _trove_free_slow(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
   (void)b;
   sb_underflow(h, sb);
+  /* A thread that frees but never allocates must still collect what others freed into its
+   * superblocks (say, blocks it adopted from an exited thread). */
+  drain_remote(h);
   if ((++h->tick & 15) == 0) _trove_heap_maybe_purge(h);
 }
 

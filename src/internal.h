@@ -46,11 +46,12 @@
 #define TROVE_VA_BITS       47
 #define TROVE_SEGMAP_SIZE   ((size_t)1 << (TROVE_VA_BITS - TROVE_SEGMENT_SHIFT))
 
-/* Size classes: 16, 32, 48, 64, then 8 classes per doubling up to 64 KiB, so that above 64 B a
- * block wastes at most 1/8 of the request. Classes between 64 and 128 that are odd multiples
- * of 8 only ever serve requests that are not multiples of 16, which need no 16-byte alignment. */
+/* Size classes: multiples of 16 up to 128 B, then 8 classes per doubling up to 64 KiB, so that
+ * above 128 B a block wastes at most 1/8 of the request. Every block is 16-byte aligned, as
+ * glibc's are: programs rely on it even where the C standard would allow 8 (SSE loads on a
+ * float array of odd length), so 64-128 B keeps 16-byte steps (at most 15 bytes lost). */
 #define TROVE_SMALL_MAX     ((size_t)64 * 1024)
-#define TROVE_CLASSES       85                         /* class 0 unused */
+#define TROVE_CLASSES       81                         /* class 0 unused */
 #define TROVE_DIRECT_MAX    1024                       /* direct[] serves sizes up to this */
 #define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 8 + 1)
 /* Superblock (Hoard's S): 64 KiB for blocks up to 8 KiB; larger classes get runs that hold 8. */
@@ -174,12 +175,12 @@ extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superb
 extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+7)>>3 -> class */
 /* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
 extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
-/* Class of 0 < size <= SMALL_MAX: 16-byte steps to 64, then eighths of each power of two. */
+/* Class of 0 < size <= SMALL_MAX: 16-byte steps to 128, then eighths of each power of two. */
 TROVE_INLINE size_t _trove_size_class(size_t size) {
-  if (size <= 64) return size <= 16 ? 1 : (size + 15) >> 4;
+  if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
   size_t s = size - 1;
-  unsigned lg = 63u - (unsigned)__builtin_clzl(s);      /* 2^lg <= s < 2^(lg+1), lg >= 6 */
-  return 4 + (lg - 6) * 8 + ((s >> (lg - 3)) & 7) + 1;
+  unsigned lg = 63u - (unsigned)__builtin_clzl(s);      /* 2^lg <= s < 2^(lg+1), lg >= 7 */
+  return 8 + (lg - 7) * 8 + ((s >> (lg - 3)) & 7) + 1;
 }
 void _trove_size_classes_init(void);
 

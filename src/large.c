@@ -77,6 +77,11 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
     uintptr_t base;
     if (off < TROVE_SEGMENT_SIZE) {
       base = (uintptr_t)_trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
+      if (!base) {                /* give back cached mappings and empty segments, retry */
+        _trove_large_purge(true);
+        _trove_pages_purge(true);
+        base = (uintptr_t)_trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
+      }
       if (!base) return NULL;
       l = (trove_large_t *)base;
     } else {                      /* header in the 4 MiB just below the aligned pointer */

@@ -38,6 +38,19 @@ void *retry_or_throw(std::size_t n, std::size_t align) {
   }
 }
 
+// The nothrow forms run the same new-handler loop and return nullptr where the throwing form
+// would throw. (A handler that itself throws ends the program here: catching needs the C++
+// runtime this library does not link.)
+void *nothrow_new(std::size_t n, std::size_t align) noexcept {
+  for (;;) {
+    void *p = align ? aligned(n, align) : trove_malloc(n);
+    if (p) return p;
+    std::new_handler h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : nullptr;
+    if (h == nullptr) return nullptr;
+    h();
+  }
+}
+
 inline void *new_impl(std::size_t n) {
   void *p = trove_malloc(n);
   return __builtin_expect(p != nullptr, 1) ? p : retry_or_throw(n, 0);
@@ -50,15 +63,15 @@ inline void *new_aligned(std::size_t n, std::align_val_t al) {
 
 API void *operator new(std::size_t n) { return new_impl(n); }
 API void *operator new[](std::size_t n) { return new_impl(n); }
-API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return trove_malloc(n); }
-API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return trove_malloc(n); }
+API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return nothrow_new(n, 0); }
+API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return nothrow_new(n, 0); }
 API void *operator new(std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
 API void *operator new[](std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
 API void *operator new(std::size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
-  return aligned(n, static_cast<std::size_t>(al));
+  return nothrow_new(n, static_cast<std::size_t>(al));
 }
 API void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
-  return aligned(n, static_cast<std::size_t>(al));
+  return nothrow_new(n, static_cast<std::size_t>(al));
 }
 
 API void operator delete(void *p) noexcept { trove_free(p); }

@@ -16,6 +16,7 @@
 pthread_mutex_t _trove_pages_lock = PTHREAD_MUTEX_INITIALIZER;
 static trove_sb_t *bins[BINS];
 static size_t dirty_pages;            /* pages in free runs marked dirty */
+static size_t empty_segments;         /* segments with every page free (empty_since set) */
 
 static size_t bin_of(size_t npages) { return npages < BINS - 1 ? npages : BINS - 1; }
 static trove_segment_t *seg_of(trove_sb_t *run) { return _trove_segment_of((uintptr_t)run); }
@@ -23,12 +24,20 @@ static uintptr_t run_addr(trove_sb_t *run) {
   return (uintptr_t)seg_of(run) + ((uintptr_t)run->page << TROVE_PAGE_SHIFT);
 }
 
+/* Bins are kept in address order and served lowest address first (address-ordered first
+ * fit): live runs pack into the lowest segments and the highest ones empty out and go back to
+ * the OS, where LIFO order would leave a little live data in every segment. */
 static void bin_push(trove_sb_t *run) {
   size_t b = bin_of(run->npages);
-  run->prev = NULL;
-  run->next = bins[b];
-  if (bins[b]) bins[b]->prev = run;
-  bins[b] = run;
+  trove_sb_t *prev = NULL, *next = bins[b];
+  while (next && (uintptr_t)next->start < (uintptr_t)run->start) {
+    prev = next;
+    next = next->next;
+  }
+  run->prev = prev;
+  run->next = next;
+  if (next) next->prev = run;
+  if (prev) prev->next = run; else bins[b] = run;
   if (run->dirty) dirty_pages += run->npages;
 }
 
@@ -87,6 +96,7 @@ static trove_sb_t *split(trove_sb_t *run, size_t page, size_t n) {
   r->freed_at = 0;
   map_pages(seg, page, n);
   seg->free_pages -= (uint32_t)n;
+  if (seg->empty_since) empty_segments--;
   seg->empty_since = 0;
   return r;
 }
@@ -100,11 +110,22 @@ trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages, int kind) {
   if (run == NULL) {
     trove_segment_t *seg = _trove_segment_new();
     if (seg == NULL) {
+      /* Out of address space or memory: give back every empty segment and cached mapping
+       * now (they would go after the purge delay anyway) and try once more. */
+      pthread_mutex_unlock(&_trove_pages_lock);
+      _trove_large_purge(true);
+      _trove_pages_purge(true);
+      pthread_mutex_lock(&_trove_pages_lock);
+      if ((run = find_run(need)) != NULL) goto found;
+      seg = _trove_segment_new();
+    }
+    if (seg == NULL) {
       pthread_mutex_unlock(&_trove_pages_lock);
       return NULL;
     }
     run = make_free_run(seg, seg->first_page, seg->free_pages, false, 0);
   } else {
+  found:
     bin_remove(run);
   }
   size_t page = run->page;
@@ -149,8 +170,17 @@ static void insert_free(trove_segment_t *seg, size_t first, size_t n, bool dirty
       n += right->npages;
     }
   }
-  bin_push(make_free_run(seg, first, n, dirty, at));
-  if (n == TROVE_SEGMENT_PAGES - seg->first_page) seg->empty_since = at ? at : 1;
+  trove_sb_t *run = make_free_run(seg, first, n, dirty, at);
+  bin_push(run);
+  if (n == TROVE_SEGMENT_PAGES - seg->first_page && seg->empty_since == 0) {
+    if (empty_segments >= 1) {       /* one empty segment waits for reuse; more go back now */
+      bin_remove(run);
+      _trove_segment_free(seg);
+      return;
+    }
+    empty_segments++;
+    seg->empty_since = at ? at : 1;
+  }
 }
 
 static void purge_finish(trove_sb_t *list) {
@@ -228,6 +258,7 @@ void _trove_pages_purge(bool all) {
         whole->npages == TROVE_SEGMENT_PAGES - seg->first_page &&
         (all || now - seg->empty_since >= delay)) {
       bin_remove(whole);
+      empty_segments--;
       _trove_segment_free(seg);
     }
   }

@@ -1,5 +1,6 @@
-/* Size classes: 16, 32, 48, 64, then 8 per doubling up to 64 KiB (84 classes).
- * Bound: above 64 bytes a class is at most 1/8 larger than any request it serves. */
+/* Size classes: 16, 32, ..., 128, then 8 per doubling up to 64 KiB (80 classes).
+ * Bound: above 128 bytes a class is at most 1/8 larger than any request it serves; from 64 to
+ * 128 bytes at most 15 bytes larger (16-byte alignment). */
 #include "internal.h"
 
 uint32_t _trove_class_size[TROVE_CLASSES];
@@ -8,10 +9,10 @@ uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
 uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 
 void _trove_size_classes_init(void) {
-  for (size_t c = 1; c <= 4; c++) _trove_class_size[c] = (uint32_t)(16 * c);
-  for (size_t lg = 6; lg < 16; lg++)
+  for (size_t c = 1; c <= 8; c++) _trove_class_size[c] = (uint32_t)(16 * c);
+  for (size_t lg = 7; lg < 16; lg++)
     for (size_t k = 1; k <= 8; k++)
-      _trove_class_size[4 + (lg - 6) * 8 + k] = (uint32_t)((1ul << lg) + k * (1ul << (lg - 3)));
+      _trove_class_size[8 + (lg - 7) * 8 + k] = (uint32_t)((1ul << lg) + k * (1ul << (lg - 3)));
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t bs = _trove_class_size[c];
     /* A superblock holds at least 8 blocks and wastes at most 1/8 of its run in its tail. */
