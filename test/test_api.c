@@ -1,0 +1,523 @@
+/* API conformance of the malloc family at every size-class boundary.
+ *
+ * Sizes 0..4096 one by one, then powers of two +-1 up to 64 MiB; alignments 8 B..1 MiB. For
+ * every result: aligned (16 for sizes >= 16, 8 below), usable size >= request, writable over
+ * the whole usable size; realloc keeps contents; calloc zeroes (also reused dirty memory);
+ * the C/POSIX/glibc error conventions (ENOMEM, EINVAL, realloc(p, 0), malloc(0)); size-class
+ * waste (usable <= size * 1.125 + 16 above 64 B). Built three ways (see testhelper.h):
+ * standard names + libtrove.a, standard names under LD_PRELOAD, and the trove_ API. */
+#include "testhelper.h"
+
+#include <limits.h>
+#include <stddef.h>
+
+/* Volatile, so that the compiler neither warns about nor folds the absurd requests. */
+static volatile size_t v_size_max = SIZE_MAX;
+static volatile size_t v_zero = 0;
+
+static size_t page_size;
+
+static size_t min_align(size_t n) { return n >= 16 ? 16 : 8; }
+
+/* A block the API returned: not NULL, aligned, usable >= req, writable over its usable size. */
+static void check_block(void *p, size_t req, size_t align, const char *what) {
+  CHECKF(p != NULL, "%s(%zu) returned NULL", what, req);
+  CHECKF((uintptr_t)p % align == 0, "%s(%zu) = %p is not aligned to %zu", what, req, p, align);
+  size_t us = T_USABLE_SIZE(p);
+  CHECKF(us >= req, "%s(%zu) = %p: usable size %zu < requested", what, req, p, us);
+  memset(p, 0xA5, us);
+  if (us) CHECK(((volatile unsigned char *)p)[us - 1] == 0xA5);
+}
+
+/* The interesting sizes: 0..4096 one by one, then 2^k - 1, 2^k, 2^k + 1 up to 64 MiB. */
+static size_t sweep_sizes(size_t *out) {
+  size_t n = 0;
+  for (size_t s = 0; s <= 4096; s++) out[n++] = s;
+  for (int k = 12; k <= 26; k++) {
+    size_t s = (size_t)1 << k;
+    if (k > 12) out[n++] = s - 1;
+    if (k > 12) out[n++] = s;
+    out[n++] = s + 1;
+  }
+  return n;
+}
+
+/* Boundary sizes for the aligned functions (with 18 alignments each). */
+static const size_t edge_sizes[] = {
+    0,       1,       7,       8,       15,      16,      17,      24,      31,
+    32,      33,      48,      63,      64,      65,      72,      100,     127,
+    128,     129,     255,     256,     257,     1000,    1023,    1024,    1025,
+    4095,    4096,    4097,    8191,    8192,    8193,    65535,   65536,   65537,
+    100000,  1048575, 1048576, 1048577, 4194305};
+#define N_EDGE (sizeof edge_sizes / sizeof edge_sizes[0])
+
+/* byte i of the realloc pattern */
+static unsigned char pat(size_t i) { return (unsigned char)(i * 7 + (i >> 9) + 3); }
+
+static void fill_pat(unsigned char *p, size_t from, size_t to) {
+  for (size_t i = from; i < to; i++) p[i] = pat(i);
+}
+
+static void verify_pat(const unsigned char *p, size_t n, const char *what, size_t size) {
+  for (size_t i = 0; i < n; i++)
+    CHECKF(p[i] == pat(i), "%s to %zu lost contents at offset %zu of %zu", what, size, i, n);
+}
+
+static void test_malloc_sweep(size_t *sizes, size_t nsizes) {
+  for (size_t i = 0; i < nsizes; i++) {
+    void *p = T_MALLOC(sizes[i]);
+    check_block(p, sizes[i], min_align(sizes[i]), "malloc");
+    T_FREE(p);
+  }
+  /* all of 0..4096 live at once: no two blocks overlap (each keeps its own pattern) */
+  enum { N = 4097 };
+  static void *live[N];
+  static size_t us[N];
+  for (size_t s = 0; s < N; s++) {
+    live[s] = T_MALLOC(s);
+    check_block(live[s], s, min_align(s), "malloc");
+    us[s] = T_USABLE_SIZE(live[s]);
+    th_fill(live[s], us[s], s * 0x1234567ull, 0);
+  }
+  for (size_t s = 0; s < N; s++)
+    CHECKF(th_verify(live[s], us[s], s * 0x1234567ull, 0) == TH_OK,
+           "block of %zu bytes at %p was overwritten (blocks overlap)", s, live[s]);
+  th_rng_t r;
+  th_rng_seed(&r, 1);
+  for (size_t i = N - 1; i > 0; i--) { /* free in a seeded random order */
+    size_t j = th_below(&r, i + 1);
+    void *t = live[i];
+    live[i] = live[j];
+    live[j] = t;
+  }
+  for (size_t s = 0; s < N; s++) T_FREE(live[s]);
+  printf("ok malloc sweep (%zu sizes)\n", nsizes);
+}
+
+/* Design property 6: size classes waste at most 1/8 above 64 B. */
+static void test_usable_waste(void) {
+  for (size_t s = 65; s <= 65536; s++) {
+    void *p = T_MALLOC(s);
+    CHECK(p != NULL);
+    size_t us = T_USABLE_SIZE(p);
+    CHECKF(us >= s && us <= s + s / 8 + 16, "malloc(%zu): usable size %zu wastes more than 1/8",
+           s, us);
+    T_FREE(p);
+  }
+  /* medium objects (page runs up to 1 MiB), sampled */
+  for (size_t s = 65536; s <= TH_MIB; s += 4099) {
+    void *p = T_MALLOC(s);
+    CHECK(p != NULL);
+    size_t us = T_USABLE_SIZE(p);
+    CHECKF(us >= s && us <= s + s / 8 + 16, "malloc(%zu): usable size %zu wastes more than 1/8",
+           s, us);
+    T_FREE(p);
+  }
+  printf("ok usable-size waste <= 12.5%% + 16 B\n");
+}
+
+static void check_zero(const void *p, size_t n, const char *what, size_t size) {
+  const unsigned char *c = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++)
+    CHECKF(c[i] == 0, "%s(%zu) = %p: byte %zu is 0x%02x, not zero", what, size, p, i, c[i]);
+}
+
+static void test_calloc(size_t *sizes, size_t nsizes) {
+  for (size_t i = 0; i < nsizes; i++) {
+    size_t s = sizes[i];
+    /* dirty the memory first, so that calloc reuses a dirty block */
+    void *d = T_MALLOC(s);
+    CHECK(d != NULL);
+    memset(d, 0xFF, T_USABLE_SIZE(d));
+    T_FREE(d);
+    void *p = T_CALLOC(1, s);
+    CHECKF(p != NULL, "calloc(1, %zu) returned NULL", s);
+    CHECKF((uintptr_t)p % min_align(s) == 0, "calloc(1, %zu) = %p misaligned", s, p);
+    CHECK(T_USABLE_SIZE(p) >= s);
+    check_zero(p, s, "calloc", s);
+    memset(p, 0xFF, T_USABLE_SIZE(p));
+    T_FREE(p);
+    /* the other way round, and split in two factors */
+    p = T_CALLOC(s, 1);
+    CHECK(p != NULL);
+    check_zero(p, s, "calloc", s);
+    memset(p, 0xEE, T_USABLE_SIZE(p));
+    T_FREE(p);
+    if (s >= 16 && s % 8 == 0) {
+      p = T_CALLOC(s / 8, 8);
+      CHECK(p != NULL);
+      check_zero(p, s, "calloc", s);
+      memset(p, 0xDD, s);
+      T_FREE(p);
+    }
+  }
+  /* several dirty blocks of one size freed, then calloc'd back */
+  static const size_t sz[] = {16, 48, 100, 1024, 5000, 70000, 300000, 2 * TH_MIB, 8 * TH_MIB};
+  for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {
+    void *b[16];
+    for (int i = 0; i < 16; i++) {
+      b[i] = T_MALLOC(sz[k]);
+      CHECK(b[i] != NULL);
+      memset(b[i], 0xFF, sz[k]);
+    }
+    for (int i = 0; i < 16; i++) T_FREE(b[i]);
+    for (int i = 0; i < 16; i++) {
+      b[i] = T_CALLOC(1, sz[k]);
+      CHECK(b[i] != NULL);
+      check_zero(b[i], sz[k], "calloc after free of dirty blocks", sz[k]);
+    }
+    for (int i = 0; i < 16; i++) T_FREE(b[i]);
+  }
+  /* overflow of count * size */
+  size_t big = v_size_max;
+  static const size_t pairs[][2] = {
+      {SIZE_MAX / 2 + 1, 2}, {2, SIZE_MAX / 2 + 1}, {(size_t)1 << 33, (size_t)1 << 33},
+      {SIZE_MAX, SIZE_MAX},  {SIZE_MAX / 3 + 1, 3}, {65537, SIZE_MAX / 65536}};
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+    errno = 0;
+    void *p = T_CALLOC(pairs[k][0] + v_zero, pairs[k][1] + v_zero);
+    CHECKF(p == NULL && errno == ENOMEM, "calloc(%zu, %zu) = %p errno %d: expected NULL, ENOMEM",
+           pairs[k][0], pairs[k][1], p, errno);
+  }
+  errno = 0;
+  void *p = T_CALLOC(big, 1);
+  CHECK(p == NULL && errno == ENOMEM);
+  /* a zero count or size gives a unique, freeable block */
+  void *z1 = T_CALLOC(0, big), *z2 = T_CALLOC(big, 0), *z3 = T_CALLOC(0, 0);
+  CHECK(z1 != NULL && z2 != NULL && z3 != NULL && z1 != z2 && z2 != z3 && z1 != z3);
+  T_FREE(z1);
+  T_FREE(z2);
+  T_FREE(z3);
+  printf("ok calloc (zeroing after dirty reuse, overflow)\n");
+}
+
+static size_t in_use_now(void) {
+  trove_stats_t st;
+  th_stats(&st);
+  return st.in_use;
+}
+
+static void test_realloc(size_t *sizes, size_t nsizes) {
+  /* realloc(NULL, n) is malloc(n) */
+  for (size_t s = 0; s <= 300; s += 7) {
+    void *p = T_REALLOC(NULL, s);
+    check_block(p, s, min_align(s), "realloc(NULL)");
+    T_FREE(p);
+  }
+  /* grow through every size, then shrink back: contents always kept */
+  unsigned char *p = NULL;
+  size_t cur = 0;
+  for (size_t i = 0; i < nsizes; i++) {
+    size_t s = sizes[i];
+    if (s == 0) continue;
+    unsigned char *q = (unsigned char *)T_REALLOC(p, s);
+    CHECKF(q != NULL, "realloc(%p, %zu) returned NULL", (void *)p, s);
+    CHECKF((uintptr_t)q % min_align(s) == 0, "realloc to %zu = %p misaligned", s, (void *)q);
+    CHECK(T_USABLE_SIZE(q) >= s);
+    verify_pat(q, cur < s ? cur : s, "realloc growing", s);
+    fill_pat(q, cur < s ? cur : s, s);
+    p = q;
+    cur = s;
+  }
+  for (size_t i = nsizes; i-- > 0;) {
+    size_t s = sizes[i];
+    if (s == 0) continue;
+    unsigned char *q = (unsigned char *)T_REALLOC(p, s);
+    CHECKF(q != NULL, "realloc(%p, %zu) returned NULL", (void *)p, s);
+    CHECKF((uintptr_t)q % min_align(s) == 0, "realloc to %zu = %p misaligned", s, (void *)q);
+    CHECK(T_USABLE_SIZE(q) >= s);
+    verify_pat(q, s, "realloc shrinking", s);
+    p = q;
+    cur = s;
+  }
+  T_FREE(p);
+
+  /* jumps between small, medium and large, both ways */
+  static const size_t jumps[] = {100,     200000, 900000,  2 * TH_MIB + 3, 40 * TH_MIB, 3 * TH_MIB,
+                                 70000,   17,     5 * TH_MIB, 64,         1500000,     300,
+                                 66000,   131072, 1048576, 1048577,     32,          8 * TH_MIB};
+  p = NULL;
+  cur = 0;
+  for (size_t i = 0; i < sizeof jumps / sizeof jumps[0]; i++) {
+    size_t s = jumps[i];
+    unsigned char *q = (unsigned char *)T_REALLOC(p, s);
+    CHECKF(q != NULL, "realloc(%p, %zu) returned NULL", (void *)p, s);
+    CHECK(T_USABLE_SIZE(q) >= s);
+    verify_pat(q, cur < s ? cur : s, "realloc jumping", s);
+    fill_pat(q, cur < s ? cur : s, s);
+    p = q;
+    cur = s;
+  }
+  /* many small steps on a medium block (it may grow into the next free run), into large */
+  {
+    unsigned char *q = (unsigned char *)T_REALLOC(p, 100000);
+    CHECK(q != NULL);
+    verify_pat(q, 100000, "realloc shrinking", 100000);
+    p = q;
+    cur = 100000;
+  }
+  for (size_t s = 100000; s < 1300 * TH_KIB; s += 8192 + 8) {
+    unsigned char *q = (unsigned char *)T_REALLOC(p, s);
+    CHECKF(q != NULL, "realloc(%p, %zu) returned NULL", (void *)p, s);
+    verify_pat(q, cur < s ? cur : s, "realloc stepping", s);
+    fill_pat(q, cur < s ? cur : s, s);
+    p = q;
+    cur = s;
+  }
+  /* a failing realloc keeps the block */
+  errno = 0;
+  void *fail = T_REALLOC(p, v_size_max);
+  CHECK(fail == NULL && errno == ENOMEM);
+  errno = 0;
+  fail = T_REALLOC(p, v_size_max - 4096);
+  CHECK(fail == NULL && errno == ENOMEM);
+  verify_pat(p, cur, "failed realloc", cur);
+  T_FREE(p);
+
+  /* realloc of aligned blocks keeps contents */
+  for (size_t a = 16; a <= 65536; a *= 4) {
+    void *b = NULL;
+    CHECK(T_POSIX_MEMALIGN(&b, a, 100) == 0);
+    fill_pat(b, 0, 100);
+    unsigned char *q = (unsigned char *)T_REALLOC(b, 100000);
+    CHECK(q != NULL);
+    verify_pat(q, 100, "realloc of an aligned block", 100000);
+    q = (unsigned char *)T_REALLOC(q, 50);
+    CHECK(q != NULL);
+    verify_pat(q, 50, "realloc of an aligned block", 50);
+    T_FREE(q);
+  }
+
+  /* realloc(p, 0) frees p and returns NULL (glibc) */
+  static const size_t zs[] = {1, 100, 5000, 300000, 3 * TH_MIB};
+  for (size_t k = 0; k < sizeof zs / sizeof zs[0]; k++) {
+    size_t before = in_use_now();
+    void *b = T_MALLOC(zs[k]);
+    CHECK(b != NULL);
+    memset(b, 1, zs[k]);
+    CHECK(in_use_now() > before);
+    void *r = T_REALLOC(b, v_zero);
+    CHECKF(r == NULL, "realloc(p, 0) returned %p, not NULL", r);
+    CHECKF(in_use_now() == before, "realloc(p, 0) did not free a %zu-byte block", zs[k]);
+  }
+  printf("ok realloc\n");
+}
+
+static void test_reallocarray(void) {
+  unsigned char *p = (unsigned char *)T_REALLOCARRAY(NULL, 10, 100);
+  CHECK(p != NULL && T_USABLE_SIZE(p) >= 1000);
+  fill_pat(p, 0, 1000);
+  unsigned char *q = (unsigned char *)T_REALLOCARRAY(p, 300, 100);
+  CHECK(q != NULL && T_USABLE_SIZE(q) >= 30000);
+  verify_pat(q, 1000, "reallocarray", 30000);
+  fill_pat(q, 1000, 30000);
+  p = q;
+  static const size_t pairs[][2] = {
+      {SIZE_MAX / 2 + 1, 2}, {3, SIZE_MAX / 3 + 1}, {(size_t)1 << 32, (size_t)1 << 32}};
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+    errno = 0;
+    q = (unsigned char *)T_REALLOCARRAY(p, pairs[k][0] + v_zero, pairs[k][1] + v_zero);
+    CHECKF(q == NULL && errno == ENOMEM, "reallocarray(p, %zu, %zu): expected NULL, ENOMEM",
+           pairs[k][0], pairs[k][1]);
+    verify_pat(p, 30000, "failed reallocarray", 30000);
+  }
+  errno = 0;
+  q = (unsigned char *)T_REALLOCARRAY(NULL, SIZE_MAX / 2 + 1 + v_zero, 4);
+  CHECK(q == NULL && errno == ENOMEM);
+  T_FREE(p);
+  printf("ok reallocarray\n");
+}
+
+static void test_aligned(void) {
+  for (size_t a = 8; a <= TH_MIB; a *= 2) {
+    for (size_t k = 0; k < N_EDGE; k++) {
+      size_t s = edge_sizes[k];
+      size_t want = a > min_align(s) ? a : min_align(s);
+      void *b[3];
+      for (int i = 0; i < 3; i++) { /* three live at once: they must not overlap */
+        b[i] = NULL;
+        int rc = T_POSIX_MEMALIGN(&b[i], a, s);
+        CHECKF(rc == 0, "posix_memalign(%zu, %zu) = %d", a, s, rc);
+        check_block(b[i], s, want, "posix_memalign");
+        th_fill(b[i], s, (uint64_t)i * 77 + s, 1);
+      }
+      for (int i = 0; i < 3; i++) {
+        CHECKF(th_verify(b[i], s, (uint64_t)i * 77 + s, 1) == TH_OK,
+               "posix_memalign(%zu, %zu) blocks overlap", a, s);
+        T_FREE(b[i]);
+      }
+      void *p = T_ALIGNED_ALLOC(a, s);
+      check_block(p, s, want, "aligned_alloc");
+      T_FREE(p);
+      p = T_MEMALIGN(a, s);
+      check_block(p, s, want, "memalign");
+      T_FREE(p);
+    }
+  }
+  /* alignments below sizeof(void *) are fine for aligned_alloc and memalign */
+  for (size_t a = 1; a < sizeof(void *); a *= 2) {
+    void *p = T_ALIGNED_ALLOC(a, 40);
+    check_block(p, 40, 8, "aligned_alloc");
+    T_FREE(p);
+    p = T_MEMALIGN(a, 40);
+    check_block(p, 40, 8, "memalign");
+    T_FREE(p);
+  }
+  /* posix_memalign: not a power of two, or below sizeof(void *) -> EINVAL */
+  static const size_t bad[] = {0, 1, 2, 4, 3, 12, 24, 48, 100, 4097, (1 << 20) + 8};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    void *p = (void *)0x1;
+    int rc = T_POSIX_MEMALIGN(&p, bad[k] + v_zero, 64);
+    CHECKF(rc == EINVAL, "posix_memalign(alignment %zu) = %d, expected EINVAL", bad[k], rc);
+  }
+  /* aligned_alloc: not a power of two -> NULL, EINVAL */
+  static const size_t bad2[] = {0, 3, 12, 24, 48, 100, 4097, (1 << 20) + 8};
+  for (size_t k = 0; k < sizeof bad2 / sizeof bad2[0]; k++) {
+    errno = 0;
+    void *p = T_ALIGNED_ALLOC(bad2[k] + v_zero, 64);
+    CHECKF(p == NULL && errno == EINVAL, "aligned_alloc(%zu, 64) = %p errno %d, expected NULL, "
+           "EINVAL", bad2[k], p, errno);
+  }
+  /* memalign with an alignment that is not a power of two: NULL, or (glibc) rounded up */
+  {
+    errno = 0;
+    void *p = T_MEMALIGN(24 + v_zero, 100);
+    CHECKF(p == NULL ? errno == EINVAL : (uintptr_t)p % 32 == 0,
+           "memalign(24, 100) = %p: neither EINVAL nor aligned to 32", p);
+    T_FREE(p);
+  }
+  /* impossible sizes, also where size + alignment overflows */
+  static const size_t huge[] = {SIZE_MAX, SIZE_MAX - 4096, SIZE_MAX - (1 << 19), SIZE_MAX / 2 + 1,
+                                (size_t)1 << 60};
+  for (size_t k = 0; k < sizeof huge / sizeof huge[0]; k++) {
+    for (size_t a = 64; a <= TH_MIB; a *= 128) {
+      void *p = (void *)0x1;
+      int rc = T_POSIX_MEMALIGN(&p, a, huge[k] + v_zero);
+      CHECKF(rc == ENOMEM, "posix_memalign(%zu, %zu) = %d, expected ENOMEM", a, huge[k], rc);
+      errno = 0;
+      p = T_ALIGNED_ALLOC(a, huge[k] + v_zero);
+      CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(%zu, %zu): expected NULL, ENOMEM", a,
+             huge[k]);
+      errno = 0;
+      p = T_MEMALIGN(a, huge[k] + v_zero);
+      CHECKF(p == NULL && errno == ENOMEM, "memalign(%zu, %zu): expected NULL, ENOMEM", a,
+             huge[k]);
+    }
+  }
+  {
+    /* a huge alignment cannot be served */
+    void *p = (void *)0x1;
+    int rc = T_POSIX_MEMALIGN(&p, (SIZE_MAX / 2 + 1) + v_zero, 1);
+    CHECKF(rc == ENOMEM || rc == EINVAL, "posix_memalign(2^63, 1) = %d", rc);
+  }
+  printf("ok posix_memalign, aligned_alloc, memalign (alignments 8 B..1 MiB)\n");
+}
+
+static void test_valloc(void) {
+  for (size_t k = 0; k < N_EDGE; k++) {
+    size_t s = edge_sizes[k];
+    void *p = T_VALLOC(s);
+    check_block(p, s, page_size, "valloc");
+    T_FREE(p);
+    p = T_PVALLOC(s);
+    size_t rounded = (s + page_size - 1) / page_size * page_size;
+    check_block(p, rounded, page_size, "pvalloc");
+    T_FREE(p);
+  }
+  static const size_t huge[] = {SIZE_MAX, SIZE_MAX - 100, SIZE_MAX - 4096, SIZE_MAX / 2 + 1};
+  for (size_t k = 0; k < sizeof huge / sizeof huge[0]; k++) {
+    errno = 0;
+    void *p = T_VALLOC(huge[k] + v_zero);
+    CHECKF(p == NULL && errno == ENOMEM, "valloc(%zu): expected NULL, ENOMEM", huge[k]);
+    errno = 0;
+    p = T_PVALLOC(huge[k] + v_zero); /* rounding up to a page overflows */
+    CHECKF(p == NULL && errno == ENOMEM, "pvalloc(%zu) = %p: expected NULL, ENOMEM", huge[k], p);
+  }
+  printf("ok valloc, pvalloc\n");
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_edges(void) {
+  /* malloc(0): a unique pointer each time, freeable */
+  enum { N = 1000 };
+  static void *z[N];
+  for (int i = 0; i < N; i++) {
+    z[i] = T_MALLOC(v_zero);
+    CHECK(z[i] != NULL);
+  }
+  qsort(z, N, sizeof z[0], cmp_ptr);
+  for (int i = 1; i < N; i++) CHECKF(z[i] != z[i - 1], "malloc(0) returned %p twice", z[i]);
+  for (int i = 0; i < N; i++) T_FREE(z[i]);
+  T_FREE(NULL);
+  CHECK(T_USABLE_SIZE(NULL) == 0);
+  /* impossible sizes */
+  static const size_t huge[] = {SIZE_MAX,     SIZE_MAX - 1,      SIZE_MAX - 4096,
+                                SIZE_MAX - TH_MIB, SIZE_MAX / 2 + 1, PTRDIFF_MAX,
+                                (size_t)1 << 60,   (size_t)1 << 50};
+  for (size_t k = 0; k < sizeof huge / sizeof huge[0]; k++) {
+    errno = 0;
+    void *p = T_MALLOC(huge[k] + v_zero);
+    CHECKF(p == NULL && errno == ENOMEM, "malloc(%zu) = %p errno %d: expected NULL, ENOMEM",
+           huge[k], p, errno);
+  }
+  /* a successful call after a failed one works normally */
+  void *p = T_MALLOC(100);
+  check_block(p, 100, 16, "malloc");
+  T_FREE(p);
+  printf("ok malloc(0), free(NULL), malloc(SIZE_MAX)\n");
+}
+
+static void test_trim(void) {
+  int r = T_MALLOC_TRIM(0);
+  CHECK(r == 0 || r == 1);
+  /* 64 MiB of medium blocks, touched then freed: malloc_trim(0) gives it back */
+  enum { N = 256 };
+  static void *b[N];
+  trove_stats_t st0, st1;
+  th_stats(&st0);
+  size_t rss0 = th_rss_bytes();
+  for (int i = 0; i < N; i++) {
+    b[i] = T_MALLOC(256 * TH_KIB);
+    CHECK(b[i] != NULL);
+    memset(b[i], 0x5A, 256 * TH_KIB);
+  }
+  for (int i = 0; i < N; i++) T_FREE(b[i]);
+  r = T_MALLOC_TRIM(0);
+  CHECK(r == 0 || r == 1);
+  th_stats(&st1);
+  size_t rss1 = th_rss_bytes();
+  CHECKF(st1.resident <= st0.resident + 16 * TH_MIB,
+         "after malloc_trim(0) trove still holds %zu KiB resident (before: %zu KiB)",
+         st1.resident / 1024, st0.resident / 1024);
+#ifndef TROVE_TEST_SANITIZE
+  CHECKF(rss1 <= rss0 + 16 * TH_MIB, "after malloc_trim(0) RSS is %zu KiB (before: %zu KiB)",
+         rss1 / 1024, rss0 / 1024);
+#else
+  (void)rss0;
+  (void)rss1;
+#endif
+  printf("ok malloc_trim\n");
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  page_size = (size_t)sysconf(_SC_PAGESIZE);
+  th_check_trove_in_use();
+  static size_t sizes[4200];
+  size_t nsizes = sweep_sizes(sizes);
+  test_edges();
+  test_malloc_sweep(sizes, nsizes);
+  test_usable_waste();
+  test_calloc(sizes, nsizes);
+  test_realloc(sizes, nsizes);
+  test_reallocarray();
+  test_aligned();
+  test_valloc();
+  test_trim();
+  printf("test_api (%s): all checks passed\n", T_MODE);
+  return 0;
+}

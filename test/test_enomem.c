@@ -1,0 +1,168 @@
+/* Out of memory: NULL + ENOMEM, never a crash, and recovery once memory is freed.
+ *
+ * In a child process, RLIMIT_AS is set to the current address-space size + 64 MiB. The child
+ * allocates 1 MiB blocks, then 64-byte blocks, until the allocator returns NULL (errno must be
+ * ENOMEM); then every function of the family must fail cleanly: malloc, calloc, realloc
+ * (which must leave the old block intact), posix_memalign (ENOMEM), aligned_alloc, memalign,
+ * valloc, pvalloc, and a 1 TiB request. After everything is freed, allocation must work
+ * again: a 1 MiB block, 1000 small blocks, and a 32 MiB block (which needs the address space
+ * of the freed blocks back). */
+#include "testhelper.h"
+
+#define MARGIN (64 * TH_MIB)
+
+static volatile size_t v_zero = 0;
+
+/* blocks are chained through their first word */
+static void *push(void *list, void *p) {
+  *(void **)p = list;
+  return p;
+}
+
+static size_t free_list(void *list) {
+  size_t n = 0;
+  while (list) {
+    void *next = *(void **)list;
+    T_FREE(list);
+    list = next;
+    n++;
+  }
+  return n;
+}
+
+static int child(void *arg) {
+  (void)arg;
+  /* trove is set up and the pattern blocks exist before the limit */
+  unsigned char *keep = (unsigned char *)T_MALLOC(64);
+  unsigned char *keep_big = (unsigned char *)T_MALLOC(TH_MIB);
+  unsigned char *keep_large = (unsigned char *)T_MALLOC(3 * TH_MIB);
+  CHECK(keep != NULL && keep_big != NULL && keep_large != NULL);
+  th_fill(keep, 64, 1, 0);
+  th_fill(keep_big, TH_MIB, 2, 0);
+  th_fill(keep_large, 3 * TH_MIB, 3, 0);
+
+  size_t vm = th_vm_bytes();
+  CHECK(vm > 0);
+  struct rlimit rl = {vm + MARGIN, vm + MARGIN};
+  CHECK(setrlimit(RLIMIT_AS, &rl) == 0);
+
+  void *big = NULL, *small = NULL;
+  size_t nbig = 0, nsmall = 0;
+  for (;;) {
+    errno = 0;
+    void *p = T_MALLOC(TH_MIB);
+    if (!p) {
+      CHECKF(errno == ENOMEM, "malloc(1 MiB) failed with errno %d, not ENOMEM", errno);
+      break;
+    }
+    memset(p, 0x11, 4096);
+    big = push(big, p);
+    CHECKF(++nbig < 1000, "1000 MiB allocated under a limit of 64 MiB more than in use");
+  }
+  for (;;) {
+    errno = 0;
+    void *p = T_MALLOC(64);
+    if (!p) {
+      CHECKF(errno == ENOMEM, "malloc(64) failed with errno %d, not ENOMEM", errno);
+      break;
+    }
+    small = push(small, p);
+    CHECKF(++nsmall < 4 * MARGIN / 64, "too many 64-byte blocks under the limit");
+  }
+  CHECKF(nbig >= 16, "only %zu blocks of 1 MiB fit in a 64 MiB margin", nbig);
+
+  /* now every function must fail cleanly */
+  errno = 0;
+  CHECK(T_MALLOC(TH_MIB) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(T_MALLOC(64) == NULL && errno == ENOMEM);
+  errno = 0;
+  void *p = T_CALLOC(1, TH_MIB);
+  CHECKF(p == NULL && errno == ENOMEM, "calloc(1, 1 MiB) = %p errno %d", p, errno);
+  errno = 0;
+  p = T_CALLOC(1000, 1000);
+  CHECKF(p == NULL && errno == ENOMEM, "calloc(1000, 1000) = %p errno %d", p, errno);
+  errno = 0;
+  p = T_REALLOC(keep, 2 * TH_MIB);
+  CHECKF(p == NULL && errno == ENOMEM, "realloc(64 B -> 2 MiB) = %p errno %d", p, errno);
+  CHECKF(th_verify(keep, 64, 1, 0) == TH_OK, "a failed realloc damaged the old block");
+  errno = 0;
+  p = T_REALLOC(keep_big, 32 * TH_MIB);
+  CHECKF(p == NULL && errno == ENOMEM, "realloc(1 MiB -> 32 MiB) = %p errno %d", p, errno);
+  CHECKF(th_verify(keep_big, TH_MIB, 2, 0) == TH_OK, "a failed realloc damaged the old block");
+  errno = 0;
+  p = T_REALLOC(keep_large, 96 * TH_MIB);
+  CHECKF(p == NULL && errno == ENOMEM, "realloc(3 MiB -> 96 MiB) = %p errno %d", p, errno);
+  CHECKF(th_verify(keep_large, 3 * TH_MIB, 3, 0) == TH_OK,
+         "a failed realloc damaged the old large block");
+  p = NULL;
+  int rc = T_POSIX_MEMALIGN(&p, 4096, TH_MIB);
+  CHECKF(rc == ENOMEM, "posix_memalign(4096, 1 MiB) = %d, not ENOMEM", rc);
+  errno = 0;
+  p = T_ALIGNED_ALLOC(4096, TH_MIB);
+  CHECK(p == NULL && errno == ENOMEM);
+  errno = 0;
+  p = T_MEMALIGN(65536, TH_MIB);
+  CHECK(p == NULL && errno == ENOMEM);
+  errno = 0;
+  p = T_VALLOC(TH_MIB);
+  CHECK(p == NULL && errno == ENOMEM);
+  errno = 0;
+  p = T_PVALLOC(TH_MIB);
+  CHECK(p == NULL && errno == ENOMEM);
+  errno = 0;
+  p = T_MALLOC(((size_t)1 << 40) + v_zero); /* 1 TiB */
+  CHECK(p == NULL && errno == ENOMEM);
+  errno = 0;
+  p = T_CALLOC(((size_t)1 << 20) + v_zero, (size_t)1 << 20); /* 1 TiB */
+  CHECK(p == NULL && errno == ENOMEM);
+
+  /* free everything: allocation works again */
+  CHECK(free_list(small) == nsmall);
+  CHECK(free_list(big) == nbig);
+  CHECK(th_verify(keep_big, TH_MIB, 2, 0) == TH_OK);
+  CHECK(th_verify(keep_large, 3 * TH_MIB, 3, 0) == TH_OK);
+  T_FREE(keep);
+  T_FREE(keep_big);
+  T_FREE(keep_large);
+  p = T_MALLOC(TH_MIB);
+  CHECKF(p != NULL, "malloc(1 MiB) fails after everything was freed (errno %d)", errno);
+  memset(p, 0x22, TH_MIB);
+  void *list = NULL;
+  for (int i = 0; i < 1000; i++) {
+    void *q = T_MALLOC(16 + (size_t)i % 300);
+    CHECKF(q != NULL, "small malloc %d fails after everything was freed", i);
+    list = push(list, q);
+  }
+  free_list(list);
+  T_FREE(p);
+  p = T_MALLOC(32 * TH_MIB);
+  if (!p) {
+    T_MALLOC_TRIM(0);
+    void *q = T_MALLOC(32 * TH_MIB);
+    int after_trim = q != NULL;
+    T_FREE(q);
+    CHECKF(0, "malloc(32 MiB) fails after everything (%zu MiB) was freed: the allocator keeps "
+           "the freed address space and does not release it on a failed mapping (%s)",
+           nbig + 4, after_trim ? "malloc_trim(0) first makes it work" : "even after malloc_trim(0)");
+  }
+  memset(p, 0x33, 32 * TH_MIB);
+  T_FREE(p);
+  printf("child: %zu blocks of 1 MiB and %zu of 64 B until ENOMEM; recovered\n", nbig, nsmall);
+  return 0;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  th_check_trove_in_use();
+  static char out[65536];
+  int timed_out = 0;
+  int status = th_run_child(child, NULL, NULL, NULL, 120, out, sizeof out, &timed_out);
+  char buf[64];
+  fputs(out, stdout);
+  CHECKF(!timed_out, "the child did not finish in 120 s");
+  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child ended with %s",
+         th_status_str(status, buf, sizeof buf));
+  printf("test_enomem (%s): ok\n", T_MODE);
+  return 0;
+}

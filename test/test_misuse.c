@@ -1,0 +1,224 @@
+/* Misuse detection: double frees and frees of pointers never handed out are reported with the
+ * address and abort (design invariant 4); with TROVE_ON_MISUSE=warn they are reported and the
+ * program goes on.
+ *
+ *   test_misuse                 the driver: runs every case in a child (this program exec'd
+ *                               with "child <case>"), stdout+stderr captured through a pipe
+ *   test_misuse child <case>    one case
+ *
+ * A case's child prints "target <%p>" and then misuses that pointer. Expected: death by
+ * SIGABRT, and the output contains "double free of <%p>" (or "invalid free of <%p>"), as in
+ * trove's message "trove: error: double free of 0x7f...: ...". */
+#include "testhelper.h"
+
+#include <pthread.h>
+
+/* Hide a pointer's origin from the compiler (no -Wfree-nonheap-object, -Wuse-after-free). */
+static void *opaque(void *p) {
+  __asm__ volatile("" : "+r"(p));
+  return p;
+}
+
+static void target(const void *p) {
+  fprintf(stderr, "target %p\n", p);
+  fflush(stderr);
+}
+
+static void double_free(size_t size) {
+  void *p = T_MALLOC(size);
+  CHECK(p != NULL);
+  memset(p, 1, size);
+  void *q = T_MALLOC(size); /* a neighbour, live */
+  CHECK(q != NULL);
+  T_FREE(p);
+  target(p);
+  T_FREE(opaque(p));
+}
+
+static void *free_in_thread(void *p) {
+  T_FREE(opaque(p));
+  return NULL;
+}
+
+static void invalid_middle(size_t size, size_t offset) {
+  char *p = (char *)T_MALLOC(size);
+  CHECK(p != NULL);
+  memset(p, 1, size);
+  target(p + offset);
+  T_FREE(opaque(p + offset));
+}
+
+/* runs the case and, for the aborting cases, returns only if the allocator did not abort */
+static int run_case(const char *c) {
+  if (strncmp(c, "double:", 7) == 0) {
+    double_free(strtoul(c + 7, NULL, 10));
+  } else if (strcmp(c, "double-remote") == 0) {
+    void *p = T_MALLOC(64);
+    CHECK(p != NULL);
+    T_FREE(p);
+    target(p);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, free_in_thread, p) == 0);
+    pthread_join(t, NULL);
+  } else if (strcmp(c, "invalid-stack") == 0) {
+    char buf[256];
+    memset(buf, 0, sizeof buf);
+    target(buf + 64);
+    T_FREE(opaque(buf + 64));
+  } else if (strcmp(c, "invalid-const") == 0) {
+    target((void *)0x1234560);
+    T_FREE(opaque((void *)0x1234560));
+  } else if (strcmp(c, "invalid-middle-64") == 0) {
+    invalid_middle(64, 16);
+  } else if (strcmp(c, "invalid-middle-1000") == 0) {
+    invalid_middle(1000, 512);
+  } else if (strcmp(c, "invalid-middle-medium") == 0) {
+    invalid_middle(200000, 8192);
+  } else if (strcmp(c, "invalid-middle-large") == 0) {
+    invalid_middle(8 * TH_MIB, 4096);
+  } else if (strcmp(c, "invalid-middle-large-far") == 0) {
+    invalid_middle(8 * TH_MIB, 5 * TH_MIB + 64);
+  } else if (strcmp(c, "warn") == 0) {
+    /* TROVE_ON_MISUSE=warn: every misuse is reported and the program goes on */
+    void *a = T_MALLOC(64);
+    CHECK(a != NULL);
+    T_FREE(a);
+    fprintf(stderr, "target %p\n", a);
+    T_FREE(opaque(a));
+    char buf[64];
+    fprintf(stderr, "target %p\n", (void *)(buf + 8));
+    T_FREE(opaque(buf + 8));
+    char *m = (char *)T_MALLOC(1000);
+    CHECK(m != NULL);
+    fprintf(stderr, "target %p\n", (void *)(m + 512));
+    T_FREE(opaque(m + 512));
+    void *l = T_MALLOC(8 * TH_MIB);
+    CHECK(l != NULL);
+    T_FREE(l);
+    fprintf(stderr, "target %p\n", l);
+    T_FREE(opaque(l));
+    /* the heap still works, and the double-freed block is not handed out twice */
+    enum { N = 200 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+      b[i] = T_MALLOC(64);
+      CHECK(b[i] != NULL);
+      memset(b[i], i, 64);
+    }
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < 64; j++)
+        CHECKF(((unsigned char *)b[i])[j] == (unsigned char)i,
+               "after a reported double free, a block was handed out twice");
+    for (int i = 0; i < N; i++) T_FREE(b[i]);
+    T_FREE(m);
+    fprintf(stderr, "survived\n");
+    return 0;
+  } else {
+    fprintf(stderr, "unknown case %s\n", c);
+    return 2;
+  }
+  fprintf(stderr, "survived\n");
+  return 0;
+}
+
+typedef struct mcase_s {
+  const char *name;
+  const char *expect; /* "double", "invalid" or "either" (double or invalid) */
+} mcase_t;
+
+static const mcase_t cases[] = {
+    {"double:16", "double"},         {"double:64", "double"},
+    {"double:1000", "double"},       {"double:10000", "double"},
+    {"double:200000", "either"},     {"double:8388608", "either"},
+    {"double-remote", "double"},     {"invalid-stack", "invalid"},
+    {"invalid-const", "invalid"},    {"invalid-middle-64", "invalid"},
+    {"invalid-middle-1000", "invalid"}, {"invalid-middle-medium", "invalid"},
+    {"invalid-middle-large", "invalid"}, {"invalid-middle-large-far", "invalid"},
+};
+
+/* does `out` contain "<kind> free of <addr>"? */
+static int has_msg(const char *out, const char *kind, const char *addr) {
+  char want[128];
+  snprintf(want, sizeof want, "%s free of %s", kind, addr);
+  const char *s = out;
+  size_t n = strlen(want);
+  while ((s = strstr(s, want)) != NULL) {
+    char next = s[n];
+    if (!(next >= '0' && next <= '9') && !(next >= 'a' && next <= 'f')) return 1;
+    s += n;
+  }
+  return 0;
+}
+
+static int check_case(const mcase_t *mc) {
+  char *argv[] = {"test_misuse", "child", (char *)mc->name, NULL};
+  static char out[65536];
+  int timed_out = 0;
+  int status = th_run_child(NULL, NULL, argv, NULL, 30, out, sizeof out, &timed_out);
+  char buf[64], addr[64] = "";
+  const char *t = strstr(out, "target ");
+  if (t) sscanf(t + 7, "%63s", addr);
+  int ok_sig = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+  int ok_msg = addr[0] && ((strcmp(mc->expect, "invalid") != 0 && has_msg(out, "double", addr)) ||
+                           (strcmp(mc->expect, "double") != 0 && has_msg(out, "invalid", addr)));
+  if (timed_out || !ok_sig || !ok_msg) {
+    fprintf(stderr, "FAIL %s: expected SIGABRT and \"%s free of %s\"; got %s%s, output:\n%s\n",
+            mc->name, strcmp(mc->expect, "either") == 0 ? "double/invalid" : mc->expect, addr,
+            th_status_str(status, buf, sizeof buf), timed_out ? " (timed out)" : "", out);
+    return 1;
+  }
+  printf("ok %-26s %s\n", mc->name, th_status_str(status, buf, sizeof buf));
+  return 0;
+}
+
+static int check_warn(void) {
+  char *argv[] = {"test_misuse", "child", "warn", NULL};
+  char *env[] = {"TROVE_ON_MISUSE=warn", NULL};
+  static char out[65536];
+  int timed_out = 0;
+  int status = th_run_child(NULL, NULL, argv, env, 30, out, sizeof out, &timed_out);
+  char buf[64];
+  int fail = timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+             strstr(out, "survived") == NULL;
+  /* the four targets: double, invalid (stack), invalid (middle), double/invalid (large) */
+  const char *kinds[] = {"double", "invalid", "invalid", "either"};
+  const char *s = out;
+  for (int i = 0; i < 4 && !fail; i++) {
+    char addr[64] = "";
+    s = strstr(s, "target ");
+    if (!s || sscanf(s + 7, "%63s", addr) != 1) {
+      fail = 1;
+      break;
+    }
+    s += 7;
+    int found = (strcmp(kinds[i], "invalid") != 0 && has_msg(out, "double", addr)) ||
+                (strcmp(kinds[i], "double") != 0 && has_msg(out, "invalid", addr));
+    if (!found) {
+      fprintf(stderr, "no \"%s free of %s\" message\n", kinds[i], addr);
+      fail = 1;
+    }
+  }
+  if (fail) {
+    fprintf(stderr, "FAIL warn: with TROVE_ON_MISUSE=warn expected the messages and exit 0; got "
+            "%s%s, output:\n%s\n", th_status_str(status, buf, sizeof buf),
+            timed_out ? " (timed out)" : "", out);
+    return 1;
+  }
+  printf("ok %-26s %s\n", "warn (TROVE_ON_MISUSE)", th_status_str(status, buf, sizeof buf));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "child") == 0) return run_case(argv[2]);
+  setvbuf(stdout, NULL, _IONBF, 0);
+  th_check_trove_in_use();
+  int failed = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) failed += check_case(&cases[i]);
+  failed += check_warn();
+  if (failed) {
+    fprintf(stderr, "test_misuse (%s): %d case(s) failed\n", T_MODE, failed);
+    return 1;
+  }
+  printf("test_misuse (%s): all cases passed\n", T_MODE);
+  return 0;
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Options (issue 5): each TROVE_* option is parsed and applied, bad values and unknown names
+give one warning and the default, and none of them stops the program.
+
+usage: test_options.py PROBE     (PROBE = the test_options_probe binary)
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PROBE = sys.argv[1]
+failures = []
+
+
+def run(mode="", **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TROVE_")}
+    e.update({k: str(v) for k, v in env.items()})
+    p = subprocess.run([PROBE] + ([mode] if mode else []), env=e, capture_output=True,
+                       text=True, timeout=120)
+    return p
+
+
+def value(out, key):
+    m = re.search(r"^%s=(\d+)" % key, out, re.M)
+    assert m, "no %s in output:\n%s" % (key, out)
+    return int(m.group(1))
+
+
+def option_in_force(out, name):
+    m = re.search(r"^\s+%s = (-?\d+)" % name, out, re.M)
+    assert m, "option %s not listed:\n%s" % (name, out)
+    return int(m.group(1))
+
+
+checks = 0
+
+
+def check(name, cond, detail=""):
+    global checks
+    checks += 1
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else ": " + detail))
+    if not cond:
+        failures.append(name)
+
+
+# --- defaults and values shown as applied
+p = run()
+check("defaults run", p.returncode == 0 and p.stderr == "", p.stderr)
+defaults = {"TROVE_PURGE_DELAY_MS": 250, "TROVE_BLOWUP_K": 16, "TROVE_BLOWUP_F": 50,
+            "TROVE_SHOW_STATS": 0, "TROVE_VERBOSE": 0, "TROVE_ON_MISUSE": 0,
+            "TROVE_DIRTY_MAX_MB": 8, "TROVE_LARGE_CACHE_MB": 32}
+for name, d in defaults.items():
+    check("default " + name, option_in_force(p.stdout, name) == d)
+good = {"TROVE_PURGE_DELAY_MS": ("1000", 1000), "TROVE_BLOWUP_K": ("3", 3),
+        "TROVE_BLOWUP_F": ("0.25", 25), "TROVE_VERBOSE": ("2", 2),
+        "TROVE_ON_MISUSE": ("warn", 1), "TROVE_DIRTY_MAX_MB": ("1k", 1024),
+        "TROVE_LARGE_CACHE_MB": ("0", 0)}
+for name, (text, v) in good.items():
+    p = run(**{name: text})
+    check("parse %s=%s" % (name, text), option_in_force(p.stdout, name) == v, p.stdout[-300:])
+p = run(TROVE_BLOWUP_F="75%")
+check("parse TROVE_BLOWUP_F=75%", option_in_force(p.stdout, "TROVE_BLOWUP_F") == 75)
+
+# --- bad values and unknown names: one warning, the default, and the program goes on
+bad = {"TROVE_PURGE_DELAY_MS": "soon", "TROVE_BLOWUP_K": "-1", "TROVE_BLOWUP_F": "2",
+       "TROVE_SHOW_STATS": "maybe", "TROVE_VERBOSE": "9", "TROVE_ON_MISUSE": "explode",
+       "TROVE_DIRTY_MAX_MB": "12q", "TROVE_LARGE_CACHE_MB": ""}
+for name, text in bad.items():
+    p = run(**{name: text})
+    warnings = [l for l in p.stderr.splitlines() if "warning" in l]
+    check("bad %s=%r warns once" % (name, text),
+          p.returncode == 0 and len(warnings) == 1 and name in warnings[0], p.stderr)
+    check("bad %s=%r keeps the default" % (name, text),
+          option_in_force(p.stdout, name) == defaults[name])
+p = run(TROVE_PURGE_DELAYMS="5")
+check("unknown name warns", p.returncode == 0 and "unknown option TROVE_PURGE_DELAYMS" in p.stderr,
+      p.stderr)
+
+# --- each option applied
+p = run("dirty")
+check("DIRTY_MAX_MB=8 caps dirty pages", value(p.stdout, "dirty_kib") <= 8 * 1024)
+p = run("dirty", TROVE_DIRTY_MAX_MB=0)
+check("DIRTY_MAX_MB=0 purges at once", value(p.stdout, "dirty_kib") == 0)
+p = run("dirty", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000)
+check("DIRTY_MAX_MB=1024 keeps them", value(p.stdout, "dirty_kib") >= 16 * 1024)
+slow = value(run("delay", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000).stdout,
+             "dirty_kib")
+fast = value(run("delay", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=0).stdout, "dirty_kib")
+check("PURGE_DELAY_MS=0 purges while the program runs", fast * 4 < slow, "%d vs %d" % (fast, slow))
+check("BLOWUP_K=4096 never releases", value(run("blowup", TROVE_BLOWUP_K=4096).stdout,
+                                            "released") == 0)
+check("BLOWUP_K=0 releases", value(run("blowup", TROVE_BLOWUP_K=0).stdout, "released") > 0)
+check("BLOWUP_F=0.99 releases less than 0.01",
+      value(run("blowup", TROVE_BLOWUP_K=0, TROVE_BLOWUP_F="0.99").stdout, "released") <
+      value(run("blowup", TROVE_BLOWUP_K=0, TROVE_BLOWUP_F="0.01").stdout, "released"))
+check("LARGE_CACHE_MB=0 unmaps a freed large block",
+      value(run("large", TROVE_LARGE_CACHE_MB=0).stdout, "unmapped_kib") >= 8 * 1024)
+check("LARGE_CACHE_MB=32 keeps it", value(run("large").stdout, "unmapped_kib") < 1024)
+p = run(TROVE_SHOW_STATS=1)
+check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])
+p = run(TROVE_VERBOSE=1)
+check("VERBOSE=1 says so", "trove: initialized" in p.stderr, p.stderr)
+p = run("misuse", TROVE_ON_MISUSE="warn")
+check("ON_MISUSE=warn reports and goes on",
+      p.returncode == 0 and "survived" in p.stdout and "double free of 0x" in p.stderr, p.stderr)
+p = run("misuse")
+check("ON_MISUSE=abort stops", p.returncode != 0 and "double free of 0x" in p.stderr)
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "map.json")
+    p = run(TROVE_HEAP_MAP=path)
+    ok = os.path.exists(path)
+    if ok:
+        json.load(open(path))
+    check("HEAP_MAP=path writes JSON at exit", ok and p.returncode == 0)
+p = run(TROVE_HEAP_MAP="/nonexistent-dir/map.json")
+check("HEAP_MAP to a bad path warns", p.returncode == 0 and "heap map" in p.stderr, p.stderr)
+
+print("%d passed, %d failed" % (checks - len(failures), len(failures)))
+if failures:
+    print("FAILED: " + ", ".join(failures))
+    sys.exit(1)

@@ -1,0 +1,73 @@
+/* Probe for test_options.py: exercises one behaviour an option controls and prints the
+ * figures the test compares, then the statistics (which list the options in force). Linked
+ * with libtrove_noov; options come from the environment as in any trove process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "trove.h"
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Allocate and free 32 MiB of small blocks, keeping one in 4096 (so segments stay mapped):
+ * empty superblocks go back to the page heap as dirty pages. */
+static void burst(void) {
+  enum { N = 32 * 1024 };
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = trove_malloc(1000);
+  for (int i = 0; i < N; i++)
+    if (i % 4096) trove_free(p[i]);
+}
+
+/* Many slow-path calls spread over time, so that timed work gets its chances. */
+static void ticks(void) {
+  for (int round = 0; round < 20; round++) {
+    for (int i = 0; i < 2000; i++) {
+      void *q = trove_malloc(70000);            /* medium: always the slow path */
+      trove_free(q);
+    }
+    sleep_ms(5);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  trove_stats_t st;
+  if (strcmp(mode, "dirty") == 0) {
+    burst();
+    trove_stats_get(&st);
+    printf("dirty_kib=%zu\n", st.dirty_page_bytes >> 10);
+  } else if (strcmp(mode, "delay") == 0) {
+    burst();
+    ticks();
+    trove_stats_get(&st);
+    printf("dirty_kib=%zu\n", st.dirty_page_bytes >> 10);
+  } else if (strcmp(mode, "blowup") == 0) {
+    /* Fill many superblocks of one class, then free three blocks in four. */
+    enum { N = 64 * 1024 };
+    static void *p[N];
+    for (int i = 0; i < N; i++) p[i] = trove_malloc(64);
+    for (int i = 0; i < N; i++)
+      if (i % 4) trove_free(p[i]);
+    trove_stats_get(&st);
+    printf("released=%zu\n", st.superblocks_released);
+  } else if (strcmp(mode, "large") == 0) {
+    void *p = trove_malloc(8u << 20);
+    memset(p, 1, 8u << 20);
+    trove_stats_get(&st);
+    size_t before = st.held;
+    trove_free(p);
+    trove_stats_get(&st);
+    printf("unmapped_kib=%zu\n", (before - st.held) >> 10);
+  } else if (strcmp(mode, "misuse") == 0) {
+    void *p = trove_malloc(64);
+    trove_free(p);
+    trove_free(p);
+    printf("survived\n");
+  }
+  trove_stats_print(stdout);
+  return 0;
+}

@@ -1,0 +1,205 @@
+/* Cross-thread frees and frees after the allocating thread has exited; thread churn must not
+ * leak.
+ *
+ *   test_xthread [rounds=10] [blocks=100000] [threads=1000] [batch=1000] [seed=7]
+ *
+ * Phase 1: `threads` short-lived threads, created and joined one after the other; each frees
+ * the batch its predecessor left (checking the pattern) and allocates a batch of its own for
+ * the next. Afterwards trove's held bytes (and, outside sanitizer builds, the RSS) must stay
+ * below 64 MiB and must not have grown since the first 10% of the threads, no thread heap may
+ * be left live, and exited threads' heaps must be reused rather than created anew for every
+ * thread (design invariant 3).
+ * Phase 2, `rounds` times: thread A allocates `blocks` blocks of various sizes and exits; the
+ * main thread frees half of them, then a second thread (which never allocates) frees the rest.
+ * Every round frees all it allocated, so what trove holds (and the RSS) must not grow round
+ * after round. */
+#include "testhelper.h"
+
+#include <pthread.h>
+
+static size_t n_rounds = 10, n_blocks = 100000, n_threads = 1000, n_batch = 1000;
+static uint64_t g_seed = 7;
+
+typedef struct set_s {
+  void **p;
+  size_t *size;
+  size_t n;
+  uint64_t seed;
+  size_t from, step; /* which entries a freeing thread takes */
+} set_t;
+
+static size_t pick_size(th_rng_t *r) {
+  size_t k = th_below(r, 10000);
+  if (k < 9800) return 1 + th_below(r, th_below(r, 2) ? 256 : 2048);
+  if (k < 9995) return 2048 + th_below(r, 30 * 1024);
+  return 64 * TH_KIB + th_below(r, 192 * TH_KIB);
+}
+
+static uint64_t bseed(uint64_t seed, size_t i) { return th_mix64(seed + i); }
+
+static void alloc_set(set_t *s) {
+  th_rng_t r;
+  th_rng_seed(&r, s->seed);
+  for (size_t i = 0; i < s->n; i++) {
+    size_t size = pick_size(&r);
+    void *p = T_MALLOC(size);
+    CHECKF(p != NULL, "malloc(%zu) returned NULL", size);
+    th_fill(p, size, bseed(s->seed, i), 1);
+    s->p[i] = p;
+    s->size[i] = size;
+  }
+}
+
+static void free_set(set_t *s) {
+  for (size_t i = s->from; i < s->n; i += s->step) {
+    size_t bad = th_verify(s->p[i], s->size[i], bseed(s->seed, i), 1);
+    CHECKF(bad == TH_OK, "block %zu (%p, %zu bytes) corrupt at offset %zu after its thread exited",
+           i, s->p[i], s->size[i], bad);
+    T_FREE(s->p[i]);
+    s->p[i] = NULL;
+  }
+}
+
+static void *alloc_thread(void *arg) {
+  alloc_set((set_t *)arg);
+  return NULL;
+}
+
+static void *free_thread(void *arg) {
+  free_set((set_t *)arg);
+  return NULL;
+}
+
+/* phase 1: free the predecessor's batch, leave one for the successor */
+static set_t chain[2];
+static size_t chain_i;
+
+static void *churn_thread(void *arg) {
+  (void)arg;
+  set_t *prev = &chain[(chain_i + 1) & 1], *mine = &chain[chain_i & 1];
+  if (prev->n) {
+    prev->from = 0;
+    prev->step = 1;
+    free_set(prev);
+    prev->n = 0;
+  }
+  mine->n = n_batch;
+  mine->seed = g_seed * 31 + chain_i;
+  alloc_set(mine);
+  return NULL;
+}
+
+static void report(const char *when, const trove_stats_t *st) {
+  printf("%-28s held %7zu KiB  in use %7zu KiB  resident %7zu KiB  RSS %7zu KiB  live heaps "
+         "%zu  heaps created %zu\n",
+         when, st->held / 1024, st->in_use / 1024, st->resident / 1024, th_rss_bytes() / 1024,
+         st->threads, st->heaps_created);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) n_rounds = strtoul(argv[1], NULL, 10);
+  if (argc > 2) n_blocks = strtoul(argv[2], NULL, 10);
+  if (argc > 3) n_threads = strtoul(argv[3], NULL, 10);
+  if (argc > 4) n_batch = strtoul(argv[4], NULL, 10);
+  if (argc > 5) g_seed = strtoull(argv[5], NULL, 10);
+  CHECK(n_blocks > 0 && n_batch > 0);
+  setvbuf(stdout, NULL, _IONBF, 0);
+  th_check_trove_in_use();
+  double t0 = th_now();
+  size_t rss0 = th_rss_bytes();
+  trove_stats_t st;
+
+  /* the bookkeeping arrays come from the allocator under test too */
+  size_t cap = n_blocks > n_batch ? n_blocks : n_batch;
+  void **ptrs = (void **)T_MALLOC(cap * sizeof(void *));
+  size_t *sizes = (size_t *)T_MALLOC(cap * sizeof(size_t));
+  CHECK(ptrs != NULL && sizes != NULL);
+
+  /* ---- phase 1: thread churn (first, so that its memory readings are its own) ---- */
+  chain[0].p = ptrs;
+  chain[0].size = sizes;
+  chain[1].p = (void **)T_MALLOC(n_batch * sizeof(void *));
+  chain[1].size = (size_t *)T_MALLOC(n_batch * sizeof(size_t));
+  CHECK(chain[1].p != NULL && chain[1].size != NULL);
+  chain[0].n = chain[1].n = 0;
+  size_t held_early = 0;
+  for (chain_i = 0; chain_i < n_threads; chain_i++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, churn_thread, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    if (chain_i == n_threads / 10) {
+      th_stats(&st);
+      held_early = st.held;
+      report("churn, 10% of the threads:", &st);
+    }
+  }
+  if (n_threads) {
+    set_t *last = &chain[(chain_i + 1) & 1];
+    last->from = 0;
+    last->step = 1;
+    free_set(last);
+  }
+  T_FREE(chain[1].p);
+  T_FREE(chain[1].size);
+
+  th_stats(&st);
+  report("after the churn:", &st);
+  size_t rss1 = th_rss_bytes();
+  CHECKF(st.held < 64 * TH_MIB, "trove holds %zu KiB after thread churn (limit 64 MiB)",
+         st.held / 1024);
+  CHECKF(st.held <= held_early + 32 * TH_MIB,
+         "held memory grew with thread churn: %zu KiB after 10%% of the threads, %zu KiB at the end",
+         held_early / 1024, st.held / 1024);
+  CHECKF(st.threads <= 2, "%zu thread heaps still live after every thread was joined", st.threads);
+  CHECKF(st.heaps_created <= 64, "%zu heaps created for %zu sequential threads: exited threads' "
+         "heaps are not reused", st.heaps_created, n_threads);
+#ifndef TROVE_TEST_SANITIZE
+  CHECKF(rss1 <= rss0 + 64 * TH_MIB, "RSS grew from %zu KiB to %zu KiB with thread churn",
+         rss0 / 1024, rss1 / 1024);
+#endif
+
+  /* ---- phase 2: allocate in A, A exits, free in main and in B ---- */
+  size_t held_round1 = 0, rss_round1 = 0;
+  for (size_t round = 0; round < n_rounds; round++) {
+    set_t s = {ptrs, sizes, n_blocks, g_seed + round, 0, 1};
+    pthread_t a, b;
+    CHECK(pthread_create(&a, NULL, alloc_thread, &s) == 0);
+    CHECK(pthread_join(a, NULL) == 0);
+    set_t mine = s, other = s;
+    mine.from = 0;
+    mine.step = 2;
+    other.from = 1;
+    other.step = 2;
+    free_set(&mine); /* main: the even ones */
+    CHECK(pthread_create(&b, NULL, free_thread, &other) == 0);
+    CHECK(pthread_join(b, NULL) == 0); /* B: the odd ones */
+    th_stats(&st);
+    size_t rss = th_rss_bytes();
+    char what[64];
+    snprintf(what, sizeof what, "outliving blocks, round %zu:", round + 1);
+    report(what, &st);
+    /* the reference: the larger reading of the first two rounds (time-based purging may
+     * lower either) */
+    if (round < 2) {
+      if (st.held > held_round1) held_round1 = st.held;
+      if (rss > rss_round1) rss_round1 = rss;
+    }
+    /* every round frees all it allocated: what trove holds must not grow round after round */
+    CHECKF(st.held <= held_round1 + held_round1 / 2 + 32 * TH_MIB,
+           "held memory grows with the rounds: %zu KiB after rounds 1-2, %zu KiB after round %zu, "
+           "with no block live", held_round1 / 1024, st.held / 1024, round + 1);
+#ifndef TROVE_TEST_SANITIZE
+    CHECKF(rss <= rss_round1 + rss_round1 / 2 + 32 * TH_MIB,
+           "RSS grows with the rounds: %zu KiB after rounds 1-2, %zu KiB after round %zu, with no "
+           "block live", rss_round1 / 1024, rss / 1024, round + 1);
+#endif
+  }
+  T_FREE(ptrs);
+  T_FREE(sizes);
+  (void)rss0;
+  (void)rss1;
+  (void)rss_round1;
+  printf("test_xthread (%s): %zu rounds x %zu blocks, %zu threads x %zu blocks: ok in %.2f s\n",
+         T_MODE, n_rounds, n_blocks, n_threads, n_batch, th_now() - t0);
+  return 0;
+}
