@@ -102,8 +102,55 @@ static void threads_within_bounds(void) {
   CHECK(st.threads == 1);
 }
 
+/* Design property 1: small blocks carry no header, so a superblock of 16-byte blocks holds
+ * exactly its size / 16 of them. */
+static void no_headers(void) {
+  enum { N = 5000 };
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = trove_malloc(16);
+  trove_stats_get(&st);
+  const trove_class_stats_t *c = class_of(16);
+  CHECK(c != NULL && c->superblocks >= 2);
+  CHECK(c->blocks_capacity == c->superblocks * (64 * 1024 / 16));
+  for (int i = 0; i < N; i++) trove_free(p[i]);
+}
+
+/* Design property 5: threads allocating at the same time never get blocks that share a cache
+ * line (no allocator-induced false sharing, Hoard 2.1). */
+enum { FS_T = 4, FS_N = 4000 };
+static void *fs_blocks[FS_T][FS_N];
+static pthread_barrier_t fs_bar;
+static void *fs_worker(void *arg) {
+  long t = (long)arg;
+  pthread_barrier_wait(&fs_bar);
+  for (int i = 0; i < FS_N; i++) fs_blocks[t][i] = trove_malloc(8 + (size_t)(i % 3) * 8);
+  pthread_barrier_wait(&fs_bar);
+  return NULL;
+}
+static int cmp_line(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
+static void no_false_sharing(void) {
+  static uintptr_t lines[FS_T * FS_N];
+  pthread_t th[FS_T];
+  pthread_barrier_init(&fs_bar, NULL, FS_T);
+  for (long t = 0; t < FS_T; t++) pthread_create(&th[t], NULL, fs_worker, (void *)t);
+  for (int t = 0; t < FS_T; t++) pthread_join(th[t], NULL);
+  /* tag each line with its thread in the low bits, sort, and look for a line of two threads */
+  for (int t = 0; t < FS_T; t++)
+    for (int i = 0; i < FS_N; i++) lines[t * FS_N + i] = ((uintptr_t)fs_blocks[t][i] >> 6) << 2 | t;
+  qsort(lines, FS_T * FS_N, sizeof lines[0], cmp_line);
+  for (int i = 1; i < FS_T * FS_N; i++)
+    CHECK(lines[i] >> 2 != lines[i - 1] >> 2 || (lines[i] & 3) == (lines[i - 1] & 3));
+  for (int t = 0; t < FS_T; t++)
+    for (int i = 0; i < FS_N; i++) trove_free(fs_blocks[t][i]);
+}
+
 int main(int argc, char **argv) {
   single_thread_exact();
+  no_headers();
+  no_false_sharing();
   threads_within_bounds();
   void *keep[64];
   for (int i = 0; i < 64; i++) keep[i] = trove_malloc((size_t)(i + 1) * 24);
