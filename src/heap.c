@@ -229,7 +229,7 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
     break;
   case TROVE_SB_SPARSE:
     if (_trove_sb_used(sb) == 0) {
-      sb->freed_at = _trove_os_now_ms();
+      sb->freed_at = h->now_ms;          /* the clock as of the last tick: close enough */
       h->nempty++;
     }
     break;
@@ -283,7 +283,7 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
       h->mcache_pages + run->npages <= TROVE_MCACHE_PAGES) {
     run->state = TROVE_SB_POOL;              /* "not live", for the statistics */
     run->dirty = 1;
-    run->freed_at = _trove_os_now_ms();
+    run->freed_at = h->now_ms;
     list_push(&h->mcache, run);
     h->nmcache++;
     h->mcache_pages += run->npages;
@@ -406,6 +406,7 @@ static trove_heap_t *heap_acquire(void) {
   if (h) {
     heap_reset(h);
     h->alive = true;
+    h->now_ms = _trove_os_now_ms();
   }
   pthread_mutex_unlock(&_trove_heaps_lock);
   return h;
@@ -475,6 +476,7 @@ static trove_heap_t *thread_heap_init(void) {
 /* ------------------------------------------------------------------ purging */
 void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
+  if (h != &_trove_heap_empty) h->now_ms = now;
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
   if (h != &_trove_heap_empty && h->nempty) sparse_trim(h, false);
   if (h != &_trove_heap_empty && h->nmcache) medium_cache_trim(h, false);

@@ -204,6 +204,7 @@ typedef struct trove_heap_s {
   trove_sb_t *mcache;                      /* medium runs this thread freed, for reuse */
   uint32_t nmcache, mcache_pages;
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
+  uint64_t now_ms;                         /* the clock at the last tick (ms) */
   bool alive;                              /* a thread runs on it */
   bool orphan;                             /* its thread vanished in a fork: never reused */
   uint32_t id;
