@@ -1,0 +1,104 @@
+/* fastpath: the cost of malloc and free when nothing is contended, one thread (Larson &
+ * Krishnan's first requirement, "fast"; the Hoard paper's uniprocessor runtimes).
+ *
+ *   fastpath-pingpong (default): malloc a small block, write it, free it, again, cycling
+ *     through 16 sizes from 8 to 256 B. Measures the allocator's fast path (thread cache or
+ *     free list hit) in malloc-free pairs per second.
+ *   fastpath-workset (--workset): a working set of 10,000 live blocks of random sizes
+ *     (8 B - 1 KiB, log-uniform); each operation frees a random one and allocates a new one
+ *     of random size in its place. The same fast paths, but with the free lists in random
+ *     order and blocks spread over many pages (locality).
+ *
+ * With -t N, N threads each do the same work independently (N/t operations each); the
+ * benchmark suite runs it with one thread. Result: throughput (pairs per second) and time (s).
+ */
+#include "bench_util.h"
+
+static const size_t pp_sizes[16] = {16, 32, 48, 64, 80, 96, 112, 128, 24, 40, 56, 72, 8, 100, 200, 256};
+
+static struct {
+  bool workset;
+  long ops_per_thread, wsize;
+  uint64_t seed;
+  pthread_barrier_t start;
+} G;
+
+typedef struct {
+  bu_span span;
+  int index;
+  void **a;
+} BU_ALIGNED worker_t;
+
+static void *worker(void *arg) {
+  worker_t *w = (worker_t *)arg;
+  bu_rng rng;
+  bu_rng_init(&rng, G.seed, (uint64_t)w->index);
+  const long n = G.ops_per_thread;
+  if (!G.workset) {
+    pthread_barrier_wait(&G.start);
+    w->span.start = bu_now();
+    for (long i = 0; i < n; i++) {
+      void *p = bu_alloc_stamped(pp_sizes[i & 15]);
+      bu_free_checked(p);
+    }
+    w->span.end = bu_now();
+    return NULL;
+  }
+  void **a = w->a;
+  const uint64_t ws = (uint64_t)G.wsize;
+  for (uint64_t k = 0; k < ws; k++) a[k] = bu_alloc_stamped((size_t)bu_rand_logsize(&rng, 8, 1024));
+  pthread_barrier_wait(&G.start);
+  w->span.start = bu_now();
+  for (long i = 0; i < n; i++) {
+    uint64_t k = bu_rand_below(&rng, ws);
+    bu_free_checked(a[k]);
+    a[k] = bu_alloc_stamped((size_t)bu_rand_logsize(&rng, 8, 1024));
+  }
+  for (uint64_t k = 0; k < ws; k++) bu_free_checked(a[k]);
+  w->span.end = bu_now();
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  bu_common c = bu_common_defaults(1);
+  bool workset = false;
+  long ops = -1, wsize = 10000;
+  const bu_opt opts[] = {
+      {"workset", BU_OPT_FLAG, &workset, "fastpath-workset: random replacement in a working set"},
+      {"ops", BU_OPT_LONG, &ops, "malloc-free pairs over all threads (pingpong 100M, workset 25M)"},
+      {"working-set", BU_OPT_LONG, &wsize, "workset: live blocks (10000)"},
+  };
+  bu_parse_args(argc, argv,
+                "Single-thread fast paths: malloc/free ping-pong of small sizes, or random\n"
+                "replacement in a working set of random sizes.",
+                &c, opts, (int)(sizeof opts / sizeof opts[0]));
+  if (ops < 0) {
+    long n = workset ? (c.smoke ? 500000 : 25000000) : (c.smoke ? 2000000 : 100000000);
+    ops = bu_scaled(n, c.scale, 1000);
+  }
+  if (ops < 1 || wsize < 1) bu_die("bad parameters");
+  const int t = c.threads;
+  const char *name = workset ? "fastpath-workset" : "fastpath-pingpong";
+  G.workset = workset;
+  G.ops_per_thread = ops / t > 0 ? ops / t : 1;
+  G.wsize = wsize;
+  G.seed = c.seed;
+
+  bu_warm_allocator();
+  worker_t *ws = bu_map(sizeof(worker_t) * (size_t)t);
+  pthread_t *tids = bu_map(sizeof(pthread_t) * (size_t)t);
+  for (int i = 0; i < t; i++) {
+    ws[i].index = i;
+    if (workset) ws[i].a = bu_map(sizeof(void *) * (size_t)wsize);
+  }
+  bu_barrier_init(&G.start, (unsigned)t + 1);
+  for (int i = 0; i < t; i++) bu_thread_create(&tids[i], worker, &ws[i]);
+  pthread_barrier_wait(&G.start);
+  for (int i = 0; i < t; i++) bu_thread_join(tids[i]);
+  /* workset: includes freeing the working set at the end */
+  double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
+  bu_result(name, t, "throughput", (double)G.ops_per_thread * t / secs, "ops/s");
+  bu_result(name, t, "time", secs, "s");
+  bu_result_peak_rss(name, t);
+  return 0;
+}
