@@ -294,7 +294,7 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
 
 static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t npages) {
   for (trove_sb_t *run = h->mcache; run; run = run->next)
-    if (run->npages == npages) {
+    if (run->npages >= npages && run->npages <= npages + npages / 8) {  /* waste <= 1/8 */
       list_remove(&h->mcache, run);
       h->nmcache--;
       h->mcache_pages -= run->npages;

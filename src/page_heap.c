@@ -17,6 +17,7 @@ pthread_mutex_t _trove_pages_lock = PTHREAD_MUTEX_INITIALIZER;
 static trove_sb_t *bins[BINS];
 static size_t dirty_pages;            /* pages in free runs marked dirty */
 static size_t empty_segments;         /* segments with every page free (empty_since set) */
+static size_t used_pages;             /* pages in runs handed out (superblocks, medium) */
 
 static size_t bin_of(size_t npages) { return npages < BINS - 1 ? npages : BINS - 1; }
 static trove_segment_t *seg_of(trove_sb_t *run) { return _trove_segment_of((uintptr_t)run); }
@@ -96,6 +97,7 @@ static trove_sb_t *split(trove_sb_t *run, size_t page, size_t n) {
   r->freed_at = 0;
   map_pages(seg, page, n);
   seg->free_pages -= (uint32_t)n;
+  used_pages += n;
   if (seg->empty_since) empty_segments--;
   seg->empty_since = 0;
   return r;
@@ -195,9 +197,14 @@ static void purge_finish(trove_sb_t *list) {
 }
 
 /* Lock held: pick dirty runs to give back until the dirty total is under half the cap,
- * longest runs first (most memory per system call). */
+ * longest runs first (most memory per system call). The cap is DIRTY_MAX_MB or half the pages
+ * in use, whichever is larger: a program that keeps a lot live also churns a lot of free
+ * space between its blocks, and purging that at once would only fault it back in (the
+ * purge delay still returns it when it stays unused); after a burst is freed, the in-use
+ * part is small and the cap falls back to DIRTY_MAX_MB. */
 static trove_sb_t *purge_over_cap(void) {
   size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
+  if (cap < used_pages / 2) cap = used_pages / 2;
   trove_sb_t *list = NULL;
   if (dirty_pages <= cap) return NULL;
   for (size_t b = BINS; b-- > 1 && dirty_pages > cap / 2;)
@@ -213,6 +220,7 @@ void _trove_pages_free(trove_sb_t *run) {
   uint64_t now = _trove_os_now_ms();
   pthread_mutex_lock(&_trove_pages_lock);
   seg->free_pages += run->npages;
+  used_pages -= run->npages;
   run->carved = 0;
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
   insert_free(seg, run->page, run->npages, true, now);
