@@ -292,9 +292,9 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
   _trove_pages_free(run);
 }
 
-static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t npages) {
+static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t size, size_t npages) {
   for (trove_sb_t *run = h->mcache; run; run = run->next)
-    if (run->npages >= npages && run->npages <= npages + npages / 8) {  /* waste <= 1/8 */
+    if (run->npages >= npages && run->span_bytes <= size + size / 8) {  /* waste <= 1/8 */
       list_remove(&h->mcache, run);
       h->nmcache--;
       h->mcache_pages -= run->npages;
@@ -547,7 +547,7 @@ static bool sb_refill(trove_sb_t *sb) {
 static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
-  trove_sb_t *run = h && h->nmcache && align_pages == 1 ? medium_cache_take(h, npages) : NULL;
+  trove_sb_t *run = h && h->nmcache && align_pages == 1 ? medium_cache_take(h, size, npages) : NULL;
   if (run == NULL) {
     run = _trove_pages_alloc(npages, align_pages, TROVE_SPAN_MEDIUM);
     if (run == NULL) return NULL;
