@@ -66,6 +66,16 @@ static int32_t sparse_threshold(const trove_sb_t *sb) {
   return (int32_t)(((uint64_t)sb->capacity * (uint64_t)(100 - TROVE_OPT(BLOWUP_F_PCT))) / 100);
 }
 
+/* An exhausted superblock waits on the full list until 1/8 of it is free again (any free,
+ * if it has fewer than 8 blocks), then it becomes partial and can be current again. Waiting
+ * for 1/8 rather than for the first free block means that taking it up again yields at least
+ * that many blocks: in a random-replacement working set this cut the slow mallocs to a third
+ * (fastpath-workset: 53.5k -> 18.4k per 400k pairs) for 3% more RSS, and the blocks it holds
+ * back stay within the blowup bound (a full superblock is still 7/8 used, above 1-f). */
+static int32_t full_trigger(const trove_sb_t *sb) {
+  return (int32_t)sb->capacity + 1 - (int32_t)(sb->capacity / 8);
+}
+
 /* ------------------------------------------------------------------ current superblocks */
 static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   if (sb != &_trove_sb_empty) {
@@ -360,8 +370,7 @@ void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
 
-static void drain_remote(trove_heap_t *h) {
-  if (atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL) return;
+static TROVE_NOINLINE void drain_remote_queue(trove_heap_t *h) {
   trove_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
   while (b) {
     trove_block_t *next = b->next;
@@ -372,6 +381,10 @@ static void drain_remote(trove_heap_t *h) {
     h->c.remote_frees++;
     b = next;
   }
+}
+
+static inline void drain_remote(trove_heap_t *h) {
+  if (atomic_load_explicit(&h->remote, memory_order_relaxed) != NULL) drain_remote_queue(h);
 }
 
 /* ------------------------------------------------------------------ heap life cycle */
@@ -535,13 +548,15 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls) {
 
 /* Refill `sb` from its own lists; false if it has no free block at all. */
 static bool sb_refill(trove_sb_t *sb) {
-  if (sb->local_free == NULL) sb->slack -= (int32_t)_trove_sb_collect(sb);
+  if (sb->local_free == NULL &&
+      atomic_load_explicit(&sb->thread_free, memory_order_relaxed) != NULL)
+    sb->slack -= (int32_t)_trove_sb_collect(sb);
   if (sb->local_free) {
     sb->free = sb->local_free;
     sb->local_free = NULL;
     return true;
   }
-  return _trove_sb_extend(sb);
+  return sb->carved < sb->capacity * sb->bsize && _trove_sb_extend(sb);
 }
 
 static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
@@ -571,11 +586,15 @@ void *_trove_malloc_medium(size_t size, size_t align, bool zero) {
 }
 
 void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
-  /* The common refill first: the owner's own frees become the free list. Every 32nd time the
-   * full slow path runs anyway, so remote frees and timed work are never starved. */
+  /* The common refill first: the owner's own frees become the free list. Blocks other
+   * threads freed are taken first when there are any (so that they are reused before more
+   * of the superblock is carved: a thread that hands all it allocates to others would
+   * otherwise grow by what waits in its queue), and every 32nd time the full slow path runs
+   * anyway, so timed work is never starved. */
   if (likely(size <= TROVE_SMALL_MAX)) {
     trove_sb_t *sb = h->cur[_trove_size_class(size)];
-    if (sb->local_free && (++h->tick & 31) != 0) {
+    if (sb->local_free && (++h->tick & 31) != 0 &&
+        atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL) {
       trove_block_t *b = sb->local_free;
       sb->local_free = b->next;
       sb->free = sb->local_free;
@@ -603,7 +622,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
     if (sb->free || (sb != &_trove_sb_empty && sb_refill(sb))) break;
     if (sb != &_trove_sb_empty) {         /* exhausted: it waits on the full list */
       sb->state = TROVE_SB_FULL;
-      _trove_sb_set_trigger(sb, (int32_t)sb->capacity + 1);  /* any free slow-paths */
+      _trove_sb_set_trigger(sb, full_trigger(sb));
       list_push(&h->lists[cls].full, sb);
       h->cur[cls] = &_trove_sb_empty;
     }
