@@ -586,11 +586,11 @@ void *_trove_malloc_medium(size_t size, size_t align, bool zero) {
 }
 
 void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
-  /* The common refill first: the owner's own frees become the free list. Blocks other
-   * threads freed are taken first when there are any (so that they are reused before more
-   * of the superblock is carved: a thread that hands all it allocates to others would
-   * otherwise grow by what waits in its queue), and every 32nd time the full slow path runs
-   * anyway, so timed work is never starved. */
+  /* The common refill first: the owner's own frees become the free list. When blocks other
+   * threads freed are waiting, the full slow path runs instead and drains them, so they are
+   * reused before more of a superblock is carved; every 32nd time it runs anyway, so timed
+   * work is never starved. (This does not help a thread that is blocked while others free
+   * into it: see blowup-rr in docs/BENCHMARKS.md.) */
   if (likely(size <= TROVE_SMALL_MAX)) {
     trove_sb_t *sb = h->cur[_trove_size_class(size)];
     if (sb->local_free && (++h->tick & 31) != 0 &&

