@@ -49,6 +49,14 @@ void _trove_fork_register(void) TROVE_HIDDEN;
 static void route_block(trove_sb_t *sb, trove_block_t *b);
 static void drain_remote(trove_heap_t *h);
 
+/* `parked_ms` is read without the heaps lock by a free that looks for a heap to inherit. */
+static uint64_t parked_since(const trove_heap_t *h) {
+  return __atomic_load_n(&h->parked_ms, __ATOMIC_RELAXED);
+}
+static void set_parked(trove_heap_t *h, uint64_t ms) {
+  __atomic_store_n(&h->parked_ms, ms, __ATOMIC_RELAXED);
+}
+
 /* ------------------------------------------------------------------ intrusive lists */
 static void list_push(trove_sb_t **head, trove_sb_t *sb) {
   sb->prev = NULL;
@@ -171,8 +179,9 @@ void _trove_pool_sweep(void) {
   }
   pthread_mutex_lock(&_trove_heaps_lock);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
-    if (h->alive || h->orphan || atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
-      continue;
+    if (h->alive || h->orphan || parked_since(h) || h->expiring ||
+        atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
+      continue;                              /* parked heaps keep their queue for the next owner */
     trove_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
     while (b) {
       trove_block_t *next = b->next;
@@ -279,7 +288,7 @@ static void route_block(trove_sb_t *sb, trove_block_t *b) {
   push_block(owner ? &owner->remote : &sb->thread_free, b);
 }
 
-static trove_heap_t *thread_heap_init(void);
+static trove_heap_t *thread_heap_init(trove_heap_t *want);
 static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
 
 /* ------------------------------------------------------------------ medium runs */
@@ -332,7 +341,7 @@ static void medium_cache_trim(trove_heap_t *h, bool all) {
  * no thread ever allocates from that class again (Larson's blocks outlive their threads). */
 static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   trove_heap_t *h = _trove_tls_heap;
-  if (h == &_trove_heap_empty && (h = thread_heap_init()) == NULL) return false;
+  if (h == &_trove_heap_empty && (h = thread_heap_init(NULL)) == NULL) return false;
   bool adopted = false;
   pthread_mutex_lock(&_trove_pool_lock);
   if (sb->state == TROVE_SB_POOL && sb->reclaim &&
@@ -361,6 +370,16 @@ void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
     return;
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
+  if (owner != NULL && parked_since(owner) && _trove_tls_heap == &_trove_heap_empty &&
+      thread_heap_init(owner) != NULL) {
+    /* A new thread's first call frees a block of a parked heap: it inherits that heap (the
+     * thread it replaces handed it the block), not whichever heap was parked last. The
+     * superblock may have left the heap before it was parked, after `owner` was read; now
+     * that this thread owns the heap, no other can move it in or out. */
+    if (atomic_load_explicit(&sb->heap, memory_order_acquire) == owner) free_local(owner, sb, b);
+    else route_block(sb, b);
+    return;
+  }
   if (owner != NULL) push_block(&owner->remote, b);
   else if (!(sb->reclaim && reclaim_on_free(sb, b))) {
     push_block(&sb->thread_free, b);
@@ -396,11 +415,21 @@ static void heap_reset(trove_heap_t *h) {
   h->nsparse = h->nempty = h->nmcache = h->mcache_pages = 0;
 }
 
-static trove_heap_t *heap_acquire(void) {
+/* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently
+ * freed heap, else a new one. */
+static trove_heap_t *heap_acquire(trove_heap_t *want) {
   pthread_mutex_lock(&_trove_heaps_lock);
-  trove_heap_t *h = heaps_free;
+  trove_heap_t **pp = &heaps_free;
+  if (want) {
+    while (*pp && *pp != want) pp = &(*pp)->next_free;
+    if (*pp == NULL || parked_since(want) == 0) {
+      pthread_mutex_unlock(&_trove_heaps_lock);
+      return NULL;
+    }
+  }
+  trove_heap_t *h = *pp;
   if (h) {
-    heaps_free = h->next_free;
+    *pp = h->next_free;
   } else {
     size_t sz = (sizeof(trove_heap_t) + TROVE_CACHE_LINE - 1) & ~(size_t)(TROVE_CACHE_LINE - 1);
     if (heap_chunk_left < sz) {
@@ -417,7 +446,8 @@ static trove_heap_t *heap_acquire(void) {
     }
   }
   if (h) {
-    heap_reset(h);
+    if (parked_since(h) == 0) heap_reset(h);   /* a parked heap is taken over as it is */
+    set_parked(h, 0);
     h->alive = true;
     h->now_ms = _trove_os_now_ms();
   }
@@ -447,20 +477,74 @@ static void heap_abandon(trove_heap_t *h) {
   heap_reset(h);
 }
 
-/* pthread key destructor: the thread is exiting. */
+/* pthread key destructor: the thread is exiting. Its heap is parked whole, superblocks and
+ * all, at the head of the free heaps: a thread that starts within the purge delay takes it
+ * over as it is (a server replacing a worker, Larson's threads handing their blocks on), so
+ * the successor's frees of the blocks it inherits are local and its mallocs reuse the
+ * superblocks they free into, instead of carving fresh ones while the old ones wait in the
+ * pool. Blocks other threads free meanwhile queue on its remote list as for a live heap. A
+ * heap parked longer than the delay is handed back by heaps_expire(). */
 void _trove_heap_thread_done(void *arg) {
   trove_heap_t *h = arg;
   if (h == NULL || h == &_trove_heap_empty) return;
-  heap_abandon(h);
+  /* Only superblocks with live blocks stay with the parked heap (they would wait in the pool
+   * otherwise): empty ones go back to the page heap now, so parking holds no memory that
+   * handing the heap back at once would have returned. */
+  drain_remote(h);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    trove_sb_t *sb = h->cur[c];
+    if (sb != &_trove_sb_empty && _trove_sb_used(sb) == 0) {
+      set_current(h, c, &_trove_sb_empty);
+      sb_release(sb, false);
+    }
+  }
+  sparse_trim(h, true);
+  medium_cache_trim(h, true);
   _trove_tls_heap = &_trove_heap_empty;
   /* What this thread freed into pool superblocks may be all that keeps them: collect now, a
    * server's threads often exit right after a burst of frees and nothing else follows. */
   if (freed_into_pool) _trove_pool_sweep();
   freed_into_pool = false;
+  uint64_t now = _trove_os_now_ms();
   pthread_mutex_lock(&_trove_heaps_lock);
   h->alive = false;
+  set_parked(h, now ? now : 1);
   h->next_free = heaps_free;
   heaps_free = h;
+  pthread_mutex_unlock(&_trove_heaps_lock);
+}
+
+/* Hand back the superblocks of heaps parked longer than the purge delay (all parked heaps if
+ * `all`): to the page heap if empty, else to the pool, where a free adopts them. A heap being
+ * handed back is off the free list (no thread can take it) and marked `expiring`. */
+static void heaps_expire(bool all) {
+  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  trove_heap_t *list = NULL;
+  pthread_mutex_lock(&_trove_heaps_lock);
+  for (trove_heap_t **pp = &heaps_free, *h; (h = *pp) != NULL;) {
+    if (parked_since(h) && (all || now - parked_since(h) >= delay)) {
+      *pp = h->next_free;
+      h->expiring = true;
+      h->next_free = list;
+      list = h;
+    } else {
+      pp = &h->next_free;
+    }
+  }
+  pthread_mutex_unlock(&_trove_heaps_lock);
+  if (list == NULL) return;
+  for (trove_heap_t *h = list; h; h = h->next_free) {
+    h->now_ms = now;
+    heap_abandon(h);
+    set_parked(h, 0);
+  }
+  pthread_mutex_lock(&_trove_heaps_lock);
+  for (trove_heap_t *h = list, *next; h; h = next) {
+    next = h->next_free;
+    h->expiring = false;
+    h->next_free = heaps_free;
+    heaps_free = h;
+  }
   pthread_mutex_unlock(&_trove_heaps_lock);
 }
 
@@ -470,15 +554,17 @@ void _trove_heap_thread_done(void *arg) {
  * leak of what the parent's other threads held, as no thread of the child owns it). */
 void _trove_heaps_fork_child(void) {
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
+    if (h->expiring) h->orphan = true;       /* off the free list, half handed back */
     if (!h->alive || h == _trove_tls_heap) continue;
     h->alive = false;
     h->orphan = true;
   }
 }
 
-static trove_heap_t *thread_heap_init(void) {
+/* Set up the calling thread's heap: `want` if it is parked (else NULL), or any (see heap_acquire). */
+static trove_heap_t *thread_heap_init(trove_heap_t *want) {
   _trove_init();
-  trove_heap_t *h = heap_acquire();
+  trove_heap_t *h = heap_acquire(want);
   if (h == NULL) return NULL;
   _trove_tls_heap = h;
   pthread_setspecific(_trove_thread_key, h);
@@ -497,6 +583,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
   _trove_pool_sweep();
+  heaps_expire(false);
   _trove_pages_purge(false);
   _trove_large_purge(false);
 }
@@ -508,6 +595,7 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
     medium_cache_trim(h, force);
   }
   _trove_pool_sweep();
+  heaps_expire(force);
   _trove_pages_purge(force);
   _trove_large_purge(force);
 }
@@ -605,7 +693,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
     }
   }
   if (unlikely(h == &_trove_heap_empty)) {
-    h = thread_heap_init();
+    h = thread_heap_init(NULL);
     if (h == NULL) goto enomem;
   }
   h->c.slow_mallocs++;

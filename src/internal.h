@@ -211,6 +211,8 @@ typedef struct trove_heap_s {
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   bool alive;                              /* a thread runs on it */
   bool orphan;                             /* its thread vanished in a fork: never reused */
+  bool expiring;                           /* a sweep is handing its superblocks back */
+  uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */
   uint32_t id;
   trove_heap_counters_t c;
   struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */

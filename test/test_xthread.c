@@ -12,7 +12,11 @@
  * Phase 2, `rounds` times: thread A allocates `blocks` blocks of various sizes and exits; the
  * main thread frees half of them, then a second thread (which never allocates) frees the rest.
  * Every round frees all it allocated, so what trove holds (and the RSS) must not grow round
- * after round. */
+ * after round.
+ * Phase 3, parked heaps: thread A allocates `batch` blocks and exits; thread B, whose first
+ * call frees one of them, must take over A's heap whole (no superblock adopted one by one);
+ * then thread C allocates a batch and exits, the main thread frees it, and trove_collect()
+ * must hand C's parked heap back so that the blocks stop counting as in use. */
 #include "testhelper.h"
 
 #include <pthread.h>
@@ -194,6 +198,46 @@ int main(int argc, char **argv) {
            "block live", rss_round1 / 1024, rss / 1024, round + 1);
 #endif
   }
+  /* ---- phase 3: parked heaps, inherited and handed back ---- */
+  {
+    set_t s = {ptrs, sizes, n_batch, g_seed * 7 + 1, 0, 1};
+    pthread_t a, b;
+    th_stats(&st);
+    size_t adopted0 = st.superblocks_adopted;
+    double ta = th_now();
+    CHECK(pthread_create(&a, NULL, alloc_thread, &s) == 0);
+    CHECK(pthread_join(a, NULL) == 0);
+    CHECK(pthread_create(&b, NULL, free_thread, &s) == 0);
+    CHECK(pthread_join(b, NULL) == 0);
+    double tb = th_now();
+    th_stats(&st);
+    printf("successor frees the batch: %zu superblocks adopted (%.0f ms)\n",
+           st.superblocks_adopted - adopted0, (tb - ta) * 1e3);
+    /* A parked heap is handed back after the purge delay (250 ms by default) only by some
+     * thread's slow path, and nothing here allocates between A's exit and B's first free;
+     * still, a machine slow enough to take that long proves nothing either way. */
+    if (tb - ta < 0.2)
+      CHECKF(st.superblocks_adopted == adopted0,
+             "a thread that frees an exited thread's blocks adopted %zu superblocks one by one "
+             "instead of taking over the parked heap", st.superblocks_adopted - adopted0);
+
+    set_t c_set = {ptrs, sizes, n_batch, g_seed * 7 + 2, 0, 1};
+    pthread_t c;
+    th_collect();
+    th_stats(&st);
+    size_t in_use0 = st.in_use;
+    CHECK(pthread_create(&c, NULL, alloc_thread, &c_set) == 0);
+    CHECK(pthread_join(c, NULL) == 0);
+    free_set(&c_set); /* into C's parked heap's queue: still counted as in use */
+    th_collect();
+    th_stats(&st);
+    printf("after freeing an exited thread's batch and trove_collect(): in use %zu KiB (was %zu)\n",
+           st.in_use / 1024, in_use0 / 1024);
+    CHECKF(st.in_use <= in_use0 + 64 * TH_KIB,
+           "trove_collect() left %zu KiB in use (was %zu KiB) after every block of an exited "
+           "thread was freed: its parked heap was not handed back", st.in_use / 1024, in_use0 / 1024);
+  }
+
   T_FREE(ptrs);
   T_FREE(sizes);
   (void)rss0;
