@@ -83,7 +83,7 @@ check("unknown name warns", p.returncode == 0 and "unknown option TROVE_PURGE_DE
 p = run("dirty")
 check("DIRTY_MAX_MB=8 caps dirty pages", value(p.stdout, "dirty_kib") <= 8 * 1024)
 p = run("dirty", TROVE_DIRTY_MAX_MB=0)
-# the cap is DIRTY_MAX_MB or half the pages in use (here a few superblocks), whichever is larger
+# the cap is DIRTY_MAX_MB or the pages in use (here a few superblocks), whichever is larger
 check("DIRTY_MAX_MB=0 purges at once", value(p.stdout, "dirty_kib") < 1024, p.stdout[:200])
 p = run("dirty", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000)
 check("DIRTY_MAX_MB=1024 keeps them", value(p.stdout, "dirty_kib") >= 16 * 1024)
