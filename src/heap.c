@@ -70,9 +70,7 @@ static void list_remove(trove_sb_t **head, trove_sb_t *sb) {
   sb->next = sb->prev = NULL;
 }
 
-static int32_t sparse_threshold(const trove_sb_t *sb) {
-  return (int32_t)(((uint64_t)sb->capacity * (uint64_t)(100 - TROVE_OPT(BLOWUP_F_PCT))) / 100);
-}
+static int32_t sparse_threshold(const trove_sb_t *sb) { return sb->sparse_at; }
 
 /* An exhausted superblock waits on the full list until 1/8 of it is free again (any free,
  * if it has fewer than 8 blocks), then it becomes partial and can be current again. Waiting
@@ -93,8 +91,8 @@ static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   h->cur[cls] = sb;
   size_t bs = _trove_class_size[cls];
   if (bs <= TROVE_DIRECT_MAX) {
-    size_t lo = cls == 1 ? 0 : _trove_class_size[cls - 1] / 8 + 1;
-    for (size_t i = lo; i <= bs / 8; i++) h->direct[i] = sb;
+    size_t lo = cls == 1 ? 0 : _trove_class_size[cls - 1] / 16 + 1;
+    for (size_t i = lo; i <= bs / 16; i++) h->direct[i] = sb;
   }
 }
 
@@ -680,7 +678,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
    * work is never starved. (This does not help a thread that is blocked while others free
    * into it: see blowup-rr in docs/BENCHMARKS.md.) */
   if (likely(size <= TROVE_SMALL_MAX)) {
-    trove_sb_t *sb = h->cur[_trove_size_class(size)];
+    trove_sb_t *sb = h->cur[_trove_size_class_lookup(size)];
     if (sb->local_free && (++h->tick & 31) != 0 &&
         atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL) {
       trove_block_t *b = sb->local_free;
@@ -704,7 +702,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
     if (p == NULL) goto enomem;
     return p;
   }
-  size_t cls = _trove_size_class(size);
+  size_t cls = _trove_size_class_lookup(size);
   trove_sb_t *sb = h->cur[cls];
   for (;;) {
     if (sb->free || (sb != &_trove_sb_empty && sb_refill(sb))) break;

@@ -57,7 +57,7 @@
 #define TROVE_SMALL_MAX     ((size_t)64 * 1024)
 #define TROVE_CLASSES       81                         /* class 0 unused */
 #define TROVE_DIRECT_MAX    1024                       /* direct[] serves sizes up to this */
-#define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 8 + 1)
+#define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 16 + 1)   /* every class size is a 16-multiple */
 /* Superblock (Hoard's S): 64 KiB for blocks up to 8 KiB; larger classes get runs that hold 8. */
 #define TROVE_SB_SIZE       ((size_t)64 * 1024)
 #define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
@@ -122,6 +122,7 @@ typedef struct trove_sb_s {
   uint8_t cls;
   uint8_t dirty;               /* free run: touched since the last purge */
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
+  uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
   size_t requested;            /* medium: bytes asked for (stats) */
 } trove_sb_t;
@@ -176,7 +177,7 @@ TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
 /* ---------------------------------------------------------------- size classes (size_class.c) */
 extern uint32_t _trove_class_size[TROVE_CLASSES];
 extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superblock */
-extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+7)>>3 -> class */
+extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+15)>>4 -> class */
 /* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
 extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 /* Class of 0 < size <= SMALL_MAX: 16-byte steps to 128, then eighths of each power of two. */
@@ -185,6 +186,11 @@ TROVE_INLINE size_t _trove_size_class(size_t size) {
   size_t s = size - 1;
   unsigned lg = 63u - (unsigned)__builtin_clzl(s);      /* 2^lg <= s < 2^(lg+1), lg >= 7 */
   return 8 + (lg - 7) * 8 + ((s >> (lg - 3)) & 7) + 1;
+}
+/* The same, by table (for the slow paths: two loads, no bit scan). */
+TROVE_INLINE size_t _trove_size_class_lookup(size_t size) {
+  return size <= TROVE_DIRECT_MAX ? _trove_class_direct[(size + 15) >> 4]
+                                  : _trove_class_mid[(size - 1) >> 7];
 }
 void _trove_size_classes_init(void);
 
@@ -319,7 +325,7 @@ void _trove_init(void) TROVE_HIDDEN;
 TROVE_INLINE void *_trove_malloc_inline(size_t size) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
-  if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 7) >> 3];
+  if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 15) >> 4];
   else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_class_mid[(size - 1) >> 7]];
   else return _trove_malloc_generic(h, size);
   trove_block_t *b = sb->free;

@@ -32,5 +32,5 @@ void _trove_size_classes_init(void) {
   for (size_t i = 0; i < (TROVE_SMALL_MAX >> 7); i++)
     _trove_class_mid[i] = (uint8_t)_trove_size_class((i + 1) << 7);
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++)
-    _trove_class_direct[i] = (uint8_t)_trove_size_class(i == 0 ? 1 : i * 8);
+    _trove_class_direct[i] = (uint8_t)_trove_size_class(i == 0 ? 1 : i * 16);
 }

@@ -16,6 +16,7 @@ void _trove_sb_init(trove_sb_t *sb, size_t cls) {
   /* kind is already SMALL: the page heap sets it under its lock (neighbours read it there) */
   sb->cls = (uint8_t)cls;
   sb->capacity = sb->span_bytes / (uint32_t)bs;
+  sb->sparse_at = (uint16_t)(((uint64_t)sb->capacity * (uint64_t)(100 - TROVE_OPT(BLOWUP_F_PCT))) / 100);
   sb->free = sb->local_free = NULL;
   sb->slack = 0;
   sb->trigger = 0;
