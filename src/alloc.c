@@ -208,11 +208,10 @@ TROVE_API void *trove_pvalloc(size_t size) {
 
 TROVE_API int trove_malloc_trim(size_t pad) {
   (void)pad;
-  size_t before = atomic_load(&_trove_os_purged_total) + atomic_load(&_trove_os_mapped);
+  size_t before = atomic_load(&_trove_os_purge_calls);
   _trove_init();
   _trove_heap_collect(_trove_tls_heap, true);
-  size_t after = atomic_load(&_trove_os_purged_total) + atomic_load(&_trove_os_mapped);
-  return after != before;
+  return atomic_load(&_trove_os_purge_calls) != before;   /* madvise or unmap gave some back */
 }
 
 TROVE_API void trove_collect(void) {

@@ -92,6 +92,8 @@ static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   if (sb != &_trove_sb_empty) {
     sb->state = TROVE_SB_CURRENT;
     _trove_sb_set_trigger(sb, 0);   /* the current superblock never leaves on a free */
+    sb->idle_mark = 0;
+    sb->freed_at = 0;
   }
   h->cur[cls] = sb;
   size_t bs = _trove_class_size[cls];
@@ -209,6 +211,29 @@ static void sparse_trim(trove_heap_t *h, bool all) {
       h->nsparse--;
       h->nempty--;
       sb_release(sb, false);
+    }
+  }
+}
+
+/* An empty current superblock of a class the thread no longer uses goes back like an empty
+ * sparse one, after the purge delay: otherwise every class a thread ever used would keep
+ * its carved pages resident for the thread's lifetime. Idleness is seen without touching the
+ * fast paths: a scan (at most every half delay, on the heap's slow path) marks an empty
+ * current superblock with its two list heads, and releases it when a scan at least the delay
+ * later finds it still empty with the same heads (a malloc pops `free`, a free pushes onto
+ * `local_free`). A false match only costs the next malloc of that class a slow path. */
+static void cur_trim(trove_heap_t *h, uint64_t now, bool all) {
+  uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    trove_sb_t *sb = h->cur[c];
+    if (sb == &_trove_sb_empty || _trove_sb_used(sb) != 0) continue;
+    uintptr_t mark = ((uintptr_t)sb->free ^ ((uintptr_t)sb->local_free << 1)) | 1;
+    if (all || (sb->idle_mark == mark && now - sb->freed_at >= delay)) {
+      set_current(h, c, &_trove_sb_empty);
+      sb_release(sb, false);
+    } else if (sb->idle_mark != mark) {
+      sb->idle_mark = mark;
+      sb->freed_at = now;
     }
   }
 }
@@ -582,6 +607,10 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
   if (h != &_trove_heap_empty && h->nempty) sparse_trim(h, false);
   if (h != &_trove_heap_empty && h->nmcache) medium_cache_trim(h, false);
+  if (h != &_trove_heap_empty && now >= h->cur_scan_ms) {
+    cur_trim(h, now, false);
+    h->cur_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
+  }
   if (now < due) return;
   uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
@@ -594,6 +623,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
 void _trove_heap_collect(trove_heap_t *h, bool force) {
   if (h != &_trove_heap_empty) {
     drain_remote(h);
+    if (force) cur_trim(h, 0, true);
     sparse_trim(h, force);
     medium_cache_trim(h, force);
   }

@@ -124,7 +124,10 @@ typedef struct trove_sb_s {
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
-  size_t requested;            /* medium: bytes asked for (stats) */
+  union {
+    size_t requested;          /* medium: bytes asked for (stats) */
+    uintptr_t idle_mark;       /* current superblock: its list heads when last seen idle */
+  };
 } trove_sb_t;
 
 typedef struct trove_segment_s {
@@ -215,6 +218,7 @@ typedef struct trove_heap_s {
   uint32_t nmcache, mcache_pages;
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
+  uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   bool alive;                              /* a thread runs on it */
   bool orphan;                             /* its thread vanished in a fork: never reused */
   bool expiring;                           /* a sweep is handing its superblocks back */
@@ -281,6 +285,7 @@ extern pthread_mutex_t _trove_large_lock;
 void *_trove_os_map(size_t size) TROVE_HIDDEN;                   /* NULL on failure */
 void *_trove_os_map_aligned(size_t size, size_t align) TROVE_HIDDEN;
 void _trove_os_unmap(void *p, size_t size) TROVE_HIDDEN;
+void _trove_os_release(void *p, size_t size) TROVE_HIDDEN;       /* unmap, counted as a purge */
 void _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents, keep range */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;

@@ -48,7 +48,7 @@ static void large_register(trove_large_t *l) {
 
 static void large_unmap(trove_large_t *l) {
   _trove_segmap_set_large(l->user, TROVE_MAP_NONE);
-  _trove_os_unmap((void *)l->base, l->map_size);
+  _trove_os_release((void *)l->base, l->map_size);
 }
 
 static trove_large_t *cache_take(size_t size) {

@@ -69,6 +69,13 @@ void _trove_os_unmap(void *p, size_t size) {
   note_mapped(-(ptrdiff_t)size);
 }
 
+/* Unmap memory that held data (a segment, a large mapping): counted as given back. */
+void _trove_os_release(void *p, size_t size) {
+  _trove_os_unmap(p, size);
+  atomic_fetch_add_explicit(&_trove_os_purge_calls, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&_trove_os_purged_total, size, memory_order_relaxed);
+}
+
 void _trove_os_purge(void *p, size_t size) {
   int saved = errno;
   madvise(p, size, MADV_DONTNEED);

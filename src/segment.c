@@ -36,7 +36,7 @@ void _trove_segment_free(trove_segment_t *seg) {
   segmap_set((uintptr_t)seg, TROVE_MAP_NONE);
   if (seg->prev) seg->prev->next = seg->next; else _trove_segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
-  _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
+  _trove_os_release(seg, TROVE_SEGMENT_SIZE);
 }
 
 /* large.c registers its mappings here too, so that one table answers "is this ours?". */

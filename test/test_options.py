@@ -91,6 +91,12 @@ slow = value(run("delay", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000)
              "dirty_kib")
 fast = value(run("delay", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=0).stdout, "dirty_kib")
 check("PURGE_DELAY_MS=0 purges while the program runs", fast * 4 < slow, "%d vs %d" % (fast, slow))
+p = run("idle", TROVE_PURGE_DELAY_MS=3600000)
+check("an idle empty current superblock stays within the purge delay",
+      value(p.stdout, "idle_superblocks") >= 1, p.stdout[:200])
+p = run("idle", TROVE_PURGE_DELAY_MS=10)
+check("an idle empty current superblock goes back after the purge delay",
+      value(p.stdout, "idle_superblocks") == 0, p.stdout[:200])
 check("BLOWUP_K=4096 never releases", value(run("blowup", TROVE_BLOWUP_K=4096).stdout,
                                             "released") == 0)
 check("BLOWUP_K=0 releases", value(run("blowup", TROVE_BLOWUP_K=0).stdout, "released") > 0)

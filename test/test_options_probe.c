@@ -62,6 +62,19 @@ int main(int argc, char **argv) {
     trove_free(p);
     trove_stats_get(&st);
     printf("unmapped_kib=%zu\n", (before - st.held) >> 10);
+  } else if (strcmp(mode, "idle") == 0) {
+    /* One class used, then left empty while the thread goes on with other sizes: its current
+     * superblock must go back after the purge delay. */
+    static void *p[100];
+    for (int i = 0; i < 100; i++) p[i] = trove_malloc(3000);
+    size_t bs = trove_malloc_usable_size(p[0]);
+    for (int i = 0; i < 100; i++) trove_free(p[i]);
+    ticks();
+    trove_stats_get(&st);
+    size_t n = 0;
+    for (int c = 0; c < TROVE_STATS_CLASSES; c++)
+      if (st.classes[c].block_size == bs) n = st.classes[c].superblocks;
+    printf("idle_superblocks=%zu\n", n);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
