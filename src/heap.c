@@ -7,7 +7,7 @@
  *
  * Remote frees: a thread freeing a block of a superblock it does not own pushes the block onto
  * the owner heap's `remote` queue (one CAS, lock-free); the owner takes the whole queue with one
- * exchange on its slow path and frees each block locally (LLAlloc's idea). A block of a pool
+ * exchange per lane on its slow path and frees each block locally (LLAlloc's idea). A block of a pool
  * superblock goes onto that superblock's thread_free instead. A block in flight still counts
  * in its superblock's `used`, so the superblock cannot be freed under it; a block that reaches
  * a heap that no longer owns its superblock is forwarded.
@@ -42,12 +42,15 @@ static size_t heap_chunk_left;
 static uint32_t heap_next_id;
 static _Atomic uint64_t next_purge_ms;
 static __thread uint32_t remote_ticks __attribute__((tls_model("initial-exec")));
+static __thread uint32_t remote_lane __attribute__((tls_model("initial-exec")));
 static __thread bool freed_into_pool __attribute__((tls_model("initial-exec")));
 extern pthread_key_t _trove_thread_key;
 void _trove_fork_register(void) TROVE_HIDDEN;
 
 static void route_block(trove_sb_t *sb, trove_block_t *b);
 static void drain_remote(trove_heap_t *h);
+static bool remote_pending(trove_heap_t *h);
+static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n);
 
 /* `parked_ms` is read without the heaps lock by a free that looks for a heap to inherit. */
 static uint64_t parked_since(const trove_heap_t *h) {
@@ -184,16 +187,17 @@ void _trove_pool_sweep(void) {
   }
   pthread_mutex_lock(&_trove_heaps_lock);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
-    if (h->alive || h->orphan || parked_since(h) || h->expiring ||
-        atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
+    if (h->alive || h->orphan || parked_since(h) || h->expiring || !remote_pending(h))
       continue;                              /* parked heaps keep their queue for the next owner */
-    trove_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
-    while (b) {
-      trove_block_t *next = b->next;
-      uintptr_t a = (uintptr_t)b;
-      route_block(_trove_sb_of(_trove_segment_of(a), a), b);
-      b = next;
-    }
+    trove_block_t *lanes[TROVE_REMOTE_LANES];
+    unsigned n = 0;
+    remote_take(h, lanes, &n);
+    for (unsigned i = 0; i < n; i++)
+      for (trove_block_t *b = lanes[i], *next; b; b = next) {
+        next = b->next;
+        uintptr_t a = (uintptr_t)b;
+        route_block(_trove_sb_of(_trove_segment_of(a), a), b);
+      }
   }
   pthread_mutex_unlock(&_trove_heaps_lock);
 }
@@ -309,11 +313,32 @@ static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b) {
                                                   memory_order_relaxed));
 }
 
+static void push_remote(trove_heap_t *owner, trove_block_t *b) {
+  push_block(&owner->remote[remote_lane++ & (TROVE_REMOTE_LANES - 1)], b);
+}
+
+static bool remote_pending(trove_heap_t *h) {
+  uintptr_t any = 0;
+  for (unsigned i = 0; i < TROVE_REMOTE_LANES; i++)
+    any |= (uintptr_t)atomic_load_explicit(&h->remote[i], memory_order_relaxed);
+  return any != 0;
+}
+
+/* Take every non-empty lane of h's queue: their chains go to lanes[0..*n). */
+static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n) {
+  for (unsigned i = 0; i < TROVE_REMOTE_LANES; i++) {
+    if (atomic_load_explicit(&h->remote[i], memory_order_relaxed) == NULL) continue;
+    trove_block_t *b = atomic_exchange_explicit(&h->remote[i], NULL, memory_order_acquire);
+    if (b) lanes[(*n)++] = b;
+  }
+}
+
 /* Queue a freed block where its superblock's owner will find it: the owner heap's remote
  * queue, or the superblock's own list while it is in the pool. Takes no lock. */
 static void route_block(trove_sb_t *sb, trove_block_t *b) {
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
-  push_block(owner ? &owner->remote : &sb->thread_free, b);
+  if (owner) push_remote(owner, b);
+  else push_block(&sb->thread_free, b);
 }
 
 static trove_heap_t *thread_heap_init(trove_heap_t *want);
@@ -408,7 +433,7 @@ void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
     else route_block(sb, b);
     return;
   }
-  if (owner != NULL) push_block(&owner->remote, b);
+  if (owner != NULL) push_remote(owner, b);
   else if (!(sb->reclaim && reclaim_on_free(sb, b))) {
     push_block(&sb->thread_free, b);
     freed_into_pool = true;
@@ -417,21 +442,33 @@ void _trove_free_other(trove_sb_t *sb, trove_block_t *b) {
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
 
+/* The lanes are walked a step each in turn: the next pointers of all of them are loaded
+ * before any block is freed, so their cache misses overlap. */
 static TROVE_NOINLINE void drain_remote_queue(trove_heap_t *h) {
-  trove_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
-  while (b) {
-    trove_block_t *next = b->next;
-    uintptr_t a = (uintptr_t)b;
-    trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
-    if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == h) free_local(h, sb, b);
-    else route_block(sb, b);                 /* it changed hands: forward */
-    h->c.remote_frees++;
-    b = next;
+  trove_block_t *lanes[TROVE_REMOTE_LANES], *next[TROVE_REMOTE_LANES];
+  unsigned n = 0;
+  remote_take(h, lanes, &n);
+  while (n) {
+    for (unsigned i = 0; i < n; i++) {
+      next[i] = lanes[i]->next;
+      if (next[i]) __builtin_prefetch(next[i], 1);
+    }
+    unsigned m = 0;
+    for (unsigned i = 0; i < n; i++) {
+      trove_block_t *b = lanes[i];
+      uintptr_t a = (uintptr_t)b;
+      trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+      if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == h) free_local(h, sb, b);
+      else route_block(sb, b);               /* it changed hands: forward */
+      h->c.remote_frees++;
+      if (next[i]) lanes[m++] = next[i];
+    }
+    n = m;
   }
 }
 
 static inline void drain_remote(trove_heap_t *h) {
-  if (atomic_load_explicit(&h->remote, memory_order_relaxed) != NULL) drain_remote_queue(h);
+  if (remote_pending(h)) drain_remote_queue(h);
 }
 
 /* ------------------------------------------------------------------ heap life cycle */
@@ -714,8 +751,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size) {
    * into it: see blowup-rr in docs/BENCHMARKS.md.) */
   if (likely(size <= TROVE_SMALL_MAX)) {
     trove_sb_t *sb = h->cur[_trove_size_class_lookup(size)];
-    if (sb->local_free && (++h->tick & 31) != 0 &&
-        atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL) {
+    if (sb->local_free && (++h->tick & 31) != 0 && !remote_pending(h)) {
       trove_block_t *b = sb->local_free;
       sb->local_free = b->next;
       sb->free = sb->local_free;

@@ -8,9 +8,13 @@
 #include <string.h>
 
 #define API TROVE_API
+/* The two hot entry points start on a cache line, so that how fast they run does not depend
+ * on where unrelated code changes happen to push them (decoded-uop cache windows are 32 or 64
+ * bytes; a shifted loop costs up to 10% on threadtest with the same instruction count). */
+#define HOT __attribute__((aligned(64)))
 
-API void *malloc(size_t size) { return _trove_malloc_inline(size); }
-API void free(void *p) { _trove_free_inline(p); }
+API HOT void *malloc(size_t size) { return _trove_malloc_inline(size); }
+API HOT void free(void *p) { _trove_free_inline(p); }
 API void cfree(void *p) { _trove_free_inline(p); }
 API void *calloc(size_t n, size_t size) { return trove_calloc(n, size); }
 API void *realloc(void *p, size_t size) { return trove_realloc(p, size); }
