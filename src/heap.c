@@ -325,22 +325,37 @@ static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b) {
                                                   memory_order_relaxed));
 }
 
+/* The lane counter is per freeing thread: its pushes to one owner go round the lanes.
+ * The flag is a Dekker pair, all seq_cst but the set: a push is CAS(lane), then load(flag),
+ * setting it if clear; the owner exchanges the flag to 0, then loads and takes each lane. If
+ * the owner's load of a lane misses a push, that push's CAS follows the load in the single
+ * order of seq_cst operations, so the push's flag load follows the owner's clear and sees it
+ * (or a later set): a block is never left in a lane with the flag clear. A set ordered
+ * before the clear is released to it, so the owner's loads then see that push's block. */
 static void push_remote(trove_heap_t *owner, trove_block_t *b) {
-  push_block(&owner->remote[remote_lane++ & (TROVE_REMOTE_LANES - 1)], b);
+  unsigned i = remote_lane;
+  remote_lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
+  _Atomic(trove_block_t *) *lane = &owner->remote[i];
+  trove_block_t *head = atomic_load_explicit(lane, memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(lane, &head, b, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+  if (atomic_load_explicit(&owner->remote_pending, memory_order_seq_cst) == 0)
+    atomic_store_explicit(&owner->remote_pending, 1, memory_order_release);
 }
 
-static bool remote_pending(trove_heap_t *h) {
-  uintptr_t any = 0;
-  for (unsigned i = 0; i < TROVE_REMOTE_LANES; i++)
-    any |= (uintptr_t)atomic_load_explicit(&h->remote[i], memory_order_relaxed);
-  return any != 0;
+/* A hint: a set may show late; the next check sees it. */
+static inline bool remote_pending(trove_heap_t *h) {
+  return atomic_load_explicit(&h->remote_pending, memory_order_relaxed) != 0;
 }
 
 /* Take every non-empty lane of h's queue: their chains go to lanes[0..*n). */
 static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n) {
+  atomic_exchange_explicit(&h->remote_pending, 0, memory_order_seq_cst);
   for (unsigned i = 0; i < TROVE_REMOTE_LANES; i++) {
-    if (atomic_load_explicit(&h->remote[i], memory_order_relaxed) == NULL) continue;
-    trove_block_t *b = atomic_exchange_explicit(&h->remote[i], NULL, memory_order_acquire);
+    if (atomic_load_explicit(&h->remote[i], memory_order_seq_cst) == NULL) continue;
+    trove_block_t *b = atomic_exchange_explicit(&h->remote[i], NULL, memory_order_seq_cst);
     if (b) lanes[(*n)++] = b;
   }
 }

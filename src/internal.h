@@ -58,7 +58,7 @@
 #define TROVE_CLASSES       81                         /* class 0 unused */
 #define TROVE_DIRECT_MAX    1024                       /* direct[] serves sizes up to this */
 #define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 16 + 1)   /* every class size is a 16-multiple */
-#define TROVE_REMOTE_LANES  8                          /* remote queue chains (one cache line) */
+#define TROVE_REMOTE_LANES  7              /* remote queue chains (with a flag, one cache line) */
 /* Superblock (Hoard's S): 64 KiB for blocks up to 8 KiB; larger classes get runs that hold 8. */
 #define TROVE_SB_SIZE       ((size_t)64 * 1024)
 #define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
@@ -212,8 +212,11 @@ typedef struct trove_heap_s {
   /* blocks freed by other threads, pushed lock-free, taken whole by the owner. A freeing
    * thread spreads its pushes over the lanes in turn, so that the owner walks several chains
    * side by side: each step of a chain is a load that misses (the freeing core wrote the
-   * block), and independent chains keep that many misses in flight instead of one. */
+   * block), and independent chains keep that many misses in flight instead of one.
+   * `remote_pending` (same line) is set by a push that finds it clear and cleared by the owner
+   * before it takes the lanes, so the owner's check is one load. */
   _Atomic(trove_block_t *) remote[TROVE_REMOTE_LANES] __attribute__((aligned(TROVE_CACHE_LINE)));
+  _Atomic(uintptr_t) remote_pending;
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
   uint32_t nsparse;
