@@ -124,6 +124,7 @@ typedef struct trove_sb_s {
   uint8_t dirty;               /* free run: touched since the last purge */
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
+  _Atomic(int32_t) pool_live;  /* pool: live blocks not yet freed (a hint, see heap.c) */
   uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
   union {
     size_t requested;          /* medium: bytes asked for (stats) */

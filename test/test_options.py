@@ -97,6 +97,9 @@ check("an idle empty current superblock stays within the purge delay",
 p = run("idle", TROVE_PURGE_DELAY_MS=10)
 check("an idle empty current superblock goes back after the purge delay",
       value(p.stdout, "idle_superblocks") == 0, p.stdout[:200])
+p = run("pool", TROVE_PURGE_DELAY_MS=3600000)
+check("emptied pool superblocks go back without waiting for a sweep",
+      value(p.stdout, "pool_kib") * 2 <= value(p.stdout, "in_use_kib"), p.stdout[:200])
 check("BLOWUP_K=4096 never releases", value(run("blowup", TROVE_BLOWUP_K=4096).stdout,
                                             "released") == 0)
 check("BLOWUP_K=0 releases", value(run("blowup", TROVE_BLOWUP_K=0).stdout, "released") > 0)

@@ -75,6 +75,31 @@ int main(int argc, char **argv) {
     for (int c = 0; c < TROVE_STATS_CLASSES; c++)
       if (st.classes[c].block_size == bs) n = st.classes[c].superblocks;
     printf("idle_superblocks=%zu\n", n);
+  } else if (strcmp(mode, "pool") == 0) {
+    /* Strings grown by realloc in small steps: each block moves up through the classes and
+     * the sparse superblocks the heap lets go (blowup rule) empty soon after. With no sweep
+     * in sight (long purge delay), the pool must not keep them. */
+    enum { N = 2000 };
+    static char *s[N];
+    static size_t len[N];
+    unsigned r = 1;
+    for (int it = 0; it < 1000000; it++) {
+      r = r * 1103515245u + 12345u;
+      int i = (int)((r >> 8) % N);
+      if (len[i] > 4096) {
+        trove_free(s[i]);
+        s[i] = NULL;
+        len[i] = 0;
+      }
+      size_t nl = len[i] + 1 + ((r >> 16) & 31);
+      char *q = trove_realloc(s[i], nl);
+      if (q == NULL) return 1;
+      q[nl - 1] = 1;
+      s[i] = q;
+      len[i] = nl;
+    }
+    trove_stats_get(&st);
+    printf("pool_kib=%zu\nin_use_kib=%zu\n", st.pool_bytes >> 10, st.in_use >> 10);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
