@@ -106,11 +106,12 @@ typedef struct trove_sb_s {
   uintptr_t start;             /* address of block 0 */
   uint32_t carved;             /* bytes of the run handed to blocks so far (0 for a free run) */
   uint32_t bsize;              /* block size; for a medium object its usable size */
-  uint64_t divm;               /* 2^64 / bsize + 1: divisibility by bsize without a divide */
+  uint64_t divm;               /* ceil(2^64 / bsize) (see is_block): no divide */
   int32_t slack;               /* used - trigger: a local free slow-paths when it drops below 0
                                   (used = live blocks, including remote frees not collected) */
   int32_t trigger;
   _Atomic(struct trove_heap_s *) heap;  /* owner; NULL in the pool, for medium and free runs */
+  uint64_t limit;              /* (carved / bsize) * (bsize * divm mod 2^64): see is_block */
   /* cold: slow paths */
   _Atomic(trove_block_t *) thread_free __attribute__((aligned(TROVE_CACHE_LINE)));
   struct trove_sb_s *next, *prev;       /* heap list, pool list or page-heap bin */
@@ -171,12 +172,19 @@ TROVE_INLINE void _trove_sb_set_trigger(trove_sb_t *sb, int32_t t) {
   sb->trigger = t;
 }
 /* Is `a` the start of a block of `sb` that has been handed out at least once? Rejects
- * addresses in headers, free runs, tails and interiors of blocks. */
+ * addresses in headers, free runs, tails and interiors of blocks, with one multiply and one
+ * compare. With d = bsize, c = divm = ceil(2^64/d) (2^64/d + 1 for a power of two) and
+ * e = d*c mod 2^64 (0 < e <= d): for an offset n < 2^32, n*c mod 2^64 is q*e if n = q*d, and
+ * at least 2^64/d >= 2^44 if d does not divide n (Lemire; for a power of two 2^k, it is n plus
+ * (n mod d) * 2^(64-k)). So n is the start of one of the first k blocks exactly when n*c mod 2^64 <
+ * k*e, since k*e < 2^32 < c for every run (k*e <= 4096 * 2^16; a medium run has k = 1 and
+ * e <= 1 MiB). `limit` holds k*e for the k blocks carved so far, 0 for free runs and header
+ * pages (so that nothing passes, whatever `start` says). Offsets are below 4 MiB: a page's
+ * run starts at or before it in the same segment. */
 TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
-  uintptr_t off = a - sb->start;
-  /* carved grows while other threads free blocks: a relaxed atomic read (a plain load) */
-  return likely(off < __atomic_load_n(&sb->carved, __ATOMIC_RELAXED)) &&
-         likely(off * sb->divm < sb->divm);   /* off % bsize == 0 (Lemire; off < 2^32) */
+  uint64_t off = a - sb->start;
+  /* limit grows while other threads free blocks: a relaxed atomic read (a plain load) */
+  return likely(off * sb->divm < __atomic_load_n(&sb->limit, __ATOMIC_RELAXED));
 }
 
 /* ---------------------------------------------------------------- size classes (size_class.c) */

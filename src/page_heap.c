@@ -228,6 +228,7 @@ void _trove_pages_free(trove_sb_t *run) {
   seg->free_pages += run->npages;
   used_pages -= run->npages;
   run->carved = 0;
+  __atomic_store_n(&run->limit, 0, __ATOMIC_RELAXED);   /* no block passes _trove_sb_is_block */
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
   insert_free(seg, run->page, run->npages, true, now);
   trove_sb_t *purge = purge_over_cap();

@@ -5,10 +5,16 @@
 /* Bytes carved per extension: enough blocks for a burst, few enough pages to stay lean. */
 #define TROVE_EXTEND_BYTES 4096
 
+/* The multiplier e of `limit` (see _trove_sb_is_block): bsize * divm, wrapped. */
+static uint64_t limit_step(const trove_sb_t *sb) { return (uint64_t)sb->bsize * sb->divm; }
+
 void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) {
   run->bsize = (uint32_t)bsize;
-  run->divm = UINT64_MAX / bsize + 1;
+  /* ceil(2^64 / bsize), plus one where bsize is a power of two (else bsize * divm would wrap
+   * to 0 and `limit` could not count blocks; the divisibility test holds either way). */
+  run->divm = UINT64_MAX / bsize + 1 + ((bsize & (bsize - 1)) == 0);
   run->carved = (uint32_t)carved;
+  __atomic_store_n(&run->limit, (uint64_t)(carved / bsize) * limit_step(run), __ATOMIC_RELAXED);
 }
 
 void _trove_sb_init(trove_sb_t *sb, size_t cls) {
@@ -27,11 +33,11 @@ void _trove_sb_init(trove_sb_t *sb, size_t cls) {
 /* Carve the next few blocks onto the free list. Each carved block already carries the free
  * tag, so a free of a block that was never handed out is caught like a double free. */
 bool _trove_sb_extend(trove_sb_t *sb) {
-  size_t bs = sb->bsize, limit = (size_t)sb->capacity * bs;
-  if (sb->carved >= limit) return false;
+  size_t bs = sb->bsize, end = (size_t)sb->capacity * bs;
+  if (sb->carved >= end) return false;
   size_t n = TROVE_EXTEND_BYTES / bs;
   if (n < 4) n = 4;           /* carving writes block heads only: one page touched per block */
-  if (sb->carved + n * bs > limit) n = (limit - sb->carved) / bs;
+  if (sb->carved + n * bs > end) n = (end - sb->carved) / bs;
   uintptr_t first = sb->start + sb->carved;
   trove_block_t *head = sb->free;
   for (size_t i = n; i-- > 0;) {          /* build in address order, lowest first */
@@ -42,6 +48,7 @@ bool _trove_sb_extend(trove_sb_t *sb) {
   }
   sb->free = head;
   __atomic_store_n(&sb->carved, sb->carved + (uint32_t)(n * bs), __ATOMIC_RELAXED);
+  __atomic_store_n(&sb->limit, sb->limit + n * limit_step(sb), __ATOMIC_RELAXED);
   return true;
 }
 
