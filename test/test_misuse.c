@@ -200,12 +200,18 @@ static int check_case(const mcase_t *mc) {
   return 0;
 }
 
-static int check_warn(void) {
-  char *argv[] = {"test_misuse", "child", "warn", NULL};
+/* Runs case `name` in a child with TROVE_ON_MISUSE=warn, output into out; returns its status. */
+static int run_warn_child(const char *name, char *out, size_t n, int timeout, int *timed_out) {
+  char *argv[] = {"test_misuse", "child", (char *)name, NULL};
   char *env[] = {"TROVE_ON_MISUSE=warn", NULL};
+  *timed_out = 0;
+  return th_run_child(NULL, NULL, argv, env, timeout, out, n, timed_out);
+}
+
+static int check_warn(void) {
   static char out[65536];
-  int timed_out = 0;
-  int status = th_run_child(NULL, NULL, argv, env, 30, out, sizeof out, &timed_out);
+  int timed_out;
+  int status = run_warn_child("warn", out, sizeof out, 30, &timed_out);
   char buf[64];
   int fail = timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
              strstr(out, "survived") == NULL;
@@ -238,11 +244,9 @@ static int check_warn(void) {
 }
 
 static int check_sweep(void) {
-  char *argv[] = {"test_misuse", "child", "sweep", NULL};
-  char *env[] = {"TROVE_ON_MISUSE=warn", NULL};
   static char out[262144];
-  int timed_out = 0;
-  int status = th_run_child(NULL, NULL, argv, env, 60, out, sizeof out, &timed_out);
+  int timed_out;
+  int status = run_warn_child("sweep", out, sizeof out, 60, &timed_out);
   char buf[64];
   if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || !strstr(out, "survived")) {
     fprintf(stderr, "FAIL sweep: %s%s, output (end):\n%s\n", th_status_str(status, buf, sizeof buf),
