@@ -342,19 +342,25 @@ void _trove_init(void) TROVE_HIDDEN;
 
 /* ---------------------------------------------------------------- the fast paths */
 /* malloc: pop the current superblock's free list. Everything else (first call of a thread,
- * an empty list, medium and large sizes) is _trove_malloc_generic. */
-TROVE_INLINE void *_trove_malloc_inline(size_t size) {
+ * an empty list, medium and large sizes) is `slow` (_trove_malloc_generic, or for operator
+ * new a function that also handles running out of memory): a constant, so the calls to it
+ * are direct tail calls and the fast path saves no register. */
+typedef void *(*trove_slow_alloc_t)(trove_heap_t *h, size_t size);
+TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
   if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 15) >> 4];
   else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_class_mid[(size - 1) >> 7]];
-  else return _trove_malloc_generic(h, size);
+  else return slow(h, size);
   trove_block_t *b = sb->free;
-  if (unlikely(b == NULL)) return _trove_malloc_generic(h, size);
+  if (unlikely(b == NULL)) return slow(h, size);
   sb->free = b->next;
   sb->slack++;
   b->tag = 0;
   return b;
+}
+TROVE_INLINE void *_trove_malloc_inline(size_t size) {
+  return _trove_alloc_inline(size, _trove_malloc_generic);
 }
 
 void _trove_free_bad(trove_sb_t *sb, void *p) TROVE_HIDDEN;

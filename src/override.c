@@ -36,6 +36,30 @@ API void free_aligned_sized(void *p, size_t align, size_t size) {
   _trove_free_inline(p);
 }
 
+/* C++: operator new(size_t) and new[](size_t), operator delete(void *) and delete[](void *),
+ * and the sized deletes, by their Itanium C++ ABI names (size_t is unsigned long, "m", on the
+ * LP64 targets trove builds for). They are here so that they use the inline fast paths; the
+ * other forms, and new's out-of-memory path (the new-handler, std::bad_alloc), are in
+ * override_new.cc. */
+_Static_assert(sizeof(size_t) == sizeof(unsigned long), "operator new names assume LP64");
+void *_trove_new_oom(size_t size) TROVE_HIDDEN;
+static TROVE_NOINLINE void *new_generic(trove_heap_t *h, size_t size) {
+  void *p = _trove_malloc_generic(h, size);
+  return likely(p != NULL) ? p : _trove_new_oom(size);
+}
+API HOT void *_Znwm(size_t size) { return _trove_alloc_inline(size, new_generic); }
+API void *_Znam(size_t size) { return _trove_alloc_inline(size, new_generic); }
+API HOT void _ZdlPv(void *p) { _trove_free_inline(p); }
+API void _ZdaPv(void *p) { _trove_free_inline(p); }
+API HOT void _ZdlPvm(void *p, size_t size) {
+  (void)size;
+  _trove_free_inline(p);
+}
+API void _ZdaPvm(void *p, size_t size) {
+  (void)size;
+  _trove_free_inline(p);
+}
+
 API void *__libc_malloc(size_t size) { return _trove_malloc_inline(size); }
 API void __libc_free(void *p) { _trove_free_inline(p); }
 API void *__libc_calloc(size_t n, size_t size) { return trove_calloc(n, size); }

@@ -61,8 +61,14 @@ inline void *new_aligned(std::size_t n, std::align_val_t al) {
 }
 }  // namespace
 
-API void *operator new(std::size_t n) { return new_impl(n); }
-API void *operator new[](std::size_t n) { return new_impl(n); }
+// operator new(size_t), new[](size_t), delete(void *), delete[](void *) and the sized deletes
+// are defined in override.c, where malloc's and free's inline fast paths are: a new or a
+// delete then costs what a malloc or a free does, with no call through the PLT. Their out of
+// memory case comes here.
+extern "C" __attribute__((visibility("hidden"))) void *_trove_new_oom(std::size_t n) {
+  return retry_or_throw(n, 0);
+}
+
 API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return nothrow_new(n, 0); }
 API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return nothrow_new(n, 0); }
 API void *operator new(std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
@@ -74,10 +80,6 @@ API void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_
   return nothrow_new(n, static_cast<std::size_t>(al));
 }
 
-API void operator delete(void *p) noexcept { trove_free(p); }
-API void operator delete[](void *p) noexcept { trove_free(p); }
-API void operator delete(void *p, std::size_t) noexcept { trove_free(p); }
-API void operator delete[](void *p, std::size_t) noexcept { trove_free(p); }
 API void operator delete(void *p, const std::nothrow_t &) noexcept { trove_free(p); }
 API void operator delete[](void *p, const std::nothrow_t &) noexcept { trove_free(p); }
 API void operator delete(void *p, std::align_val_t) noexcept { trove_free(p); }
