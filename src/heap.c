@@ -7,8 +7,8 @@
  *
  * Remote frees: a thread freeing a block of a superblock it does not own pushes the block onto
  * the owner heap's `remote` queue (one CAS, lock-free); the owner takes the whole queue with one
- * exchange per lane on its slow path and frees each block locally (LLAlloc's idea). A block of a pool
- * superblock goes onto that superblock's thread_free instead. A block in flight still counts
+ * exchange per lane on its slow path and frees each block locally (LLAlloc's idea). A block of
+ * a pool superblock goes onto that superblock's thread_free instead. A block in flight still counts
  * in its superblock's `used`, so the superblock cannot be freed under it; a block that reaches
  * a heap that no longer owns its superblock is forwarded.
  *

@@ -175,12 +175,12 @@ TROVE_INLINE void _trove_sb_set_trigger(trove_sb_t *sb, int32_t t) {
  * addresses in headers, free runs, tails and interiors of blocks, with one multiply and one
  * compare. With d = bsize, c = divm = ceil(2^64/d) (2^64/d + 1 for a power of two) and
  * e = d*c mod 2^64 (0 < e <= d): for an offset n < 2^32, n*c mod 2^64 is q*e if n = q*d, and
- * at least 2^64/d >= 2^44 if d does not divide n (Lemire; for a power of two 2^k, it is n plus
- * (n mod d) * 2^(64-k)). So n is the start of one of the first k blocks exactly when n*c mod 2^64 <
- * k*e, since k*e < 2^32 < c for every run (k*e <= 4096 * 2^16; a medium run has k = 1 and
- * e <= 1 MiB). `limit` holds k*e for the k blocks carved so far, 0 for free runs and header
- * pages (so that nothing passes, whatever `start` says). Offsets are below 4 MiB: a page's
- * run starts at or before it in the same segment. */
+ * at least 2^64/d >= 2^44 if d does not divide n (Lemire; for a power of two 2^k, it is n
+ * plus (n mod d) * 2^(64-k)). So n is the start of one of the first k blocks exactly when
+ * n*c mod 2^64 < k*e, since k*e < 2^32 < 2^44 for every run (k*e <= 4096 * 2^16; a medium run
+ * has k = 1 and e <= 1 MiB). `limit` holds k*e for the k blocks carved so far, 0 for free
+ * runs and header pages (so that nothing passes, whatever `start` says). Offsets are below
+ * 4 MiB: a page's run starts at or before it in the same segment. */
 TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
   uint64_t off = a - sb->start;
   /* limit grows while other threads free blocks: a relaxed atomic read (a plain load) */
