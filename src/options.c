@@ -31,7 +31,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_DIRTY_MAX_MB] = {"TROVE_DIRTY_MAX_MB", OPT_INT, 8, 0, 1 << 20,
                               "free dirty pages beyond this (MiB) or the in-use pages go back at once"},
   [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 32, 0, 1 << 20,
-                                "freed large mappings kept for reuse (MiB)"},
+                                "freed large mappings kept resident for reuse (MiB)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

@@ -76,12 +76,13 @@ void _trove_os_release(void *p, size_t size) {
   atomic_fetch_add_explicit(&_trove_os_purged_total, size, memory_order_relaxed);
 }
 
-void _trove_os_purge(void *p, size_t size) {
+bool _trove_os_purge(void *p, size_t size) {
   int saved = errno;
-  madvise(p, size, MADV_DONTNEED);
+  bool ok = madvise(p, size, MADV_DONTNEED) == 0;
   errno = saved;
   atomic_fetch_add_explicit(&_trove_os_purge_calls, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&_trove_os_purged_total, size, memory_order_relaxed);
+  return ok;
 }
 
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) {
