@@ -293,14 +293,15 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
   if (++h->nsparse > (uint32_t)TROVE_OPT(BLOWUP_K)) sparse_release_emptiest(h);
 }
 
-/* An empty sparse superblock stays on the sparse list (within K) rather than going to the page
+/* A local free took `used` below the superblock's trigger.
+ *
+ * An empty sparse superblock stays on the sparse list (within K) rather than going to the page
  * heap at once, even in the classes above 1 KiB where a superblock is only 2-16 blocks: giving
  * those back on the spot let other classes reuse their pages (sizesweep peak RSS -6% at the
  * time) but sent producer/consumer threads through the page heap lock for nearly every
  * superblock they filled. A test in the manner of xmalloc-test (two threads, 8 B-4 KiB,
  * batches freed by the other thread) ran at 24 Mops/s with it and 68 without, for the same
  * RSS; mtmalloctest, sizesweep, stability and reallocgrow moved within 0-2% either way. */
-/* A local free took `used` below the superblock's trigger. */
 static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
   switch (sb->state) {
   case TROVE_SB_FULL:

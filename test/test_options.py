@@ -109,6 +109,19 @@ check("BLOWUP_F=0.99 releases less than 0.01",
 check("LARGE_CACHE_MB=0 unmaps a freed large block",
       value(run("large", TROVE_LARGE_CACHE_MB=0).stdout, "unmapped_kib") >= 8 * 1024)
 check("LARGE_CACHE_MB=32 keeps it", value(run("large").stdout, "unmapped_kib") < 1024)
+p = run("largecache", TROVE_PURGE_DELAY_MS=3600000)
+# 20 rounds of 32 buffers of 1-1.1 MiB: with 8 cached mappings each round unmapped 24 (480
+# purges); now the ones past the 32 MiB resident budget are purged (a few a round) and kept
+check("large mappings past the cache's resident budget are kept purged, not unmapped",
+      value(p.stdout, "purges_after_first") <= 19 * 8, p.stdout[:300])
+check("calloc of a purged cached large mapping is zero", value(p.stdout, "calloc_nonzero") == 0,
+      p.stdout[:300])
+p = run("rounds", TROVE_PURGE_DELAY_MS=3600000, TROVE_DIRTY_MAX_MB=1)
+# 40 rounds of 4 threads that each leave 64 empty superblocks: parked with their heaps, the
+# next round reuses them (given to the page heap at exit, they went over the dirty cap and
+# were purged, and faulted in again the next round)
+check("threads replaced in rounds reuse what the last round freed",
+      value(p.stdout, "purged_kib") <= value(p.stdout, "peak_held_kib"), p.stdout[:300])
 p = run(TROVE_SHOW_STATS=1)
 check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])
 p = run(TROVE_VERBOSE=1)

@@ -1,6 +1,7 @@
 /* Probe for test_options.py: exercises one behaviour an option controls and prints the
  * figures the test compares, then the statistics (which list the options in force). Linked
  * with libtrove_noov; options come from the environment as in any trove process. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,22 @@ static void ticks(void) {
     }
     sleep_ms(5);
   }
+}
+
+/* One thread of a round: 8 blocks in each of 64 sizes (16 B-1 KiB, classes of at least 8
+ * blocks a superblock), all freed, then the thread exits, leaving one empty current
+ * superblock per size class and nothing on its sparse list. */
+static void *round_worker(void *arg) {
+  enum { SIZES = 64, PER = 8 };
+  void *p[SIZES * PER];
+  (void)arg;
+  for (int i = 0; i < SIZES * PER; i++) {
+    p[i] = trove_malloc((size_t)(i / PER + 1) * 16);
+    if (p[i] == NULL) return NULL;
+    memset(p[i], 1, 16);
+  }
+  for (int i = 0; i < SIZES * PER; i++) trove_free(p[i]);
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -100,6 +117,39 @@ int main(int argc, char **argv) {
     }
     trove_stats_get(&st);
     printf("pool_kib=%zu\nin_use_kib=%zu\n", st.pool_bytes >> 10, st.in_use >> 10);
+  } else if (strcmp(mode, "rounds") == 0) {
+    /* Threads that end and are replaced in rounds (a pool that recycles its workers,
+     * mimalloc-bench's mstress): what one round freed, the next reuses. Purging it between
+     * rounds only to fault it in again would show as purged bytes many times the peak. */
+    for (int round = 0; round < 40; round++) {
+      pthread_t t[4];
+      for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, round_worker, (void *)(size_t)(round * 4 + i));
+      for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    }
+    trove_stats_get(&st);
+    printf("purged_kib=%zu\npeak_held_kib=%zu\n", st.purged_bytes >> 10, st.peak_held >> 10);
+  } else if (strcmp(mode, "largecache") == 0) {
+    /* Buffers just over 1 MiB (large objects), 32 live, freed and allocated again in rounds:
+     * the cache must serve them all, past its resident budget too, without new mappings. */
+    enum { N = 32 };
+    void *b[N];
+    for (int round = 0; round < 20; round++) {
+      for (int i = 0; i < N; i++) {
+        b[i] = trove_malloc((1u << 20) + (size_t)i * 4096);
+        if (b[i] == NULL) return 1;
+        memset(b[i], 1, 4096);
+      }
+      if (round == 0) trove_stats_get(&st);
+      for (int i = 0; i < N; i++) trove_free(b[i]);
+    }
+    size_t first = st.purges;
+    trove_stats_get(&st);
+    printf("purges_after_first=%zu\n", st.purges - first);
+    void *z = trove_calloc(1, (1u << 20) + 31 * 4096);   /* a purged one, reused: zero */
+    size_t bad = 0;
+    for (size_t i = 0; z && i < (1u << 20) + 31 * 4096; i++) bad += ((unsigned char *)z)[i] != 0;
+    printf("calloc_nonzero=%zu\n", z ? bad : (size_t)-1);
+    trove_free(z);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
