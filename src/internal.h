@@ -139,6 +139,7 @@ typedef struct trove_segment_s {
   uint32_t free_pages;                       /* pages in free runs */
   uint32_t first_page;                       /* pages before it hold this header */
   uint64_t empty_since;                      /* all pages free since (ms), 0 if not */
+  uint64_t seq;                              /* creation order: the page heap's preference */
   /* page -> byte offset in sb[] of its run's descriptor (first page * 128 fits 16 bits) */
   uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t sb[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));

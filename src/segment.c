@@ -21,7 +21,9 @@ trove_segment_t *_trove_segment_new(void) {
     _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
     return NULL;
   }
+  static uint64_t created;
   seg->magic = TROVE_SEGMENT_MAGIC;
+  seg->seq = ++created;
   seg->first_page = (uint32_t)TROVE_HEADER_PAGES;
   seg->free_pages = (uint32_t)(TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
   seg->next = _trove_segments;
