@@ -71,7 +71,7 @@ static void *alloc_zero(size_t size) {
   return p;
 }
 
-TROVE_API void *trove_calloc(size_t count, size_t size) {
+void *_trove_calloc(size_t count, size_t size) {
   size_t total;
   if (unlikely(__builtin_mul_overflow(count, size, &total))) {
     _trove_os_set_enomem();
@@ -79,6 +79,7 @@ TROVE_API void *trove_calloc(size_t count, size_t size) {
   }
   return alloc_zero(total);
 }
+TROVE_API void *trove_calloc(size_t count, size_t size) { return _trove_calloc(count, size); }
 
 TROVE_API size_t trove_malloc_usable_size(const void *p) {
   if (p == NULL) return 0;
@@ -95,7 +96,7 @@ static void *realloc_move(void *p, size_t old_usable, size_t size) {
   return q;
 }
 
-TROVE_API void *trove_realloc(void *p, size_t size) {
+static TROVE_NOINLINE void *realloc_slow(void *p, size_t size) {
   if (p == NULL) return _trove_malloc_inline(size);
   if (size == 0) {                         /* glibc: frees and returns NULL */
     _trove_free_inline(p);
@@ -129,13 +130,29 @@ TROVE_API void *trove_realloc(void *p, size_t size) {
   return realloc_move(p, usable, size);
 }
 
+/* The common case first, in a function that saves no register: a small block that still fits
+ * (most appends to a string builder). It validates as free() does; anything else, a bad
+ * pointer included, takes realloc_slow, which validates again and reports. */
+void *_trove_realloc(void *p, size_t size) {
+  uintptr_t a = (uintptr_t)p;
+  if (likely(_trove_segmap_kind(a) == TROVE_MAP_SEGMENT)) {   /* NULL is not */
+    trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+    size_t usable = sb->bsize;
+    if (likely(_trove_sb_is_block(sb, a) && ((const trove_block_t *)p)->tag != _trove_tag(p) &&
+               size <= usable && size >= usable / 2))    /* so size != 0: usable >= 16 */
+      return p;
+  }
+  return realloc_slow(p, size);
+}
+TROVE_API void *trove_realloc(void *p, size_t size) { return _trove_realloc(p, size); }
+
 TROVE_API void *trove_reallocarray(void *p, size_t count, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
     _trove_os_set_enomem();
     return NULL;
   }
-  return trove_realloc(p, total);
+  return _trove_realloc(p, total);
 }
 
 static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }

@@ -366,6 +366,9 @@ TROVE_INLINE void *_trove_malloc_inline(size_t size) {
 }
 
 void _trove_free_bad(trove_sb_t *sb, void *p) TROVE_HIDDEN;
+/* trove_calloc and trove_realloc under names the standard ones reach without the PLT */
+void *_trove_calloc(size_t count, size_t size) TROVE_HIDDEN;
+void *_trove_realloc(void *p, size_t size) TROVE_HIDDEN;
 
 /* free: validate (ours, a block start, not already free), tag the block as free, then push it
  * on the owner's local list; a block of another heap's superblock takes _trove_free_other. */

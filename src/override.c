@@ -16,8 +16,8 @@
 API HOT void *malloc(size_t size) { return _trove_malloc_inline(size); }
 API HOT void free(void *p) { _trove_free_inline(p); }
 API void cfree(void *p) { _trove_free_inline(p); }
-API void *calloc(size_t n, size_t size) { return trove_calloc(n, size); }
-API void *realloc(void *p, size_t size) { return trove_realloc(p, size); }
+API void *calloc(size_t n, size_t size) { return _trove_calloc(n, size); }
+API void *realloc(void *p, size_t size) { return _trove_realloc(p, size); }
 API void *reallocarray(void *p, size_t n, size_t size) { return trove_reallocarray(p, n, size); }
 API int posix_memalign(void **out, size_t align, size_t size) {
   return trove_posix_memalign(out, align, size);
@@ -62,8 +62,8 @@ API void _ZdaPvm(void *p, size_t size) {
 
 API void *__libc_malloc(size_t size) { return _trove_malloc_inline(size); }
 API void __libc_free(void *p) { _trove_free_inline(p); }
-API void *__libc_calloc(size_t n, size_t size) { return trove_calloc(n, size); }
-API void *__libc_realloc(void *p, size_t size) { return trove_realloc(p, size); }
+API void *__libc_calloc(size_t n, size_t size) { return _trove_calloc(n, size); }
+API void *__libc_realloc(void *p, size_t size) { return _trove_realloc(p, size); }
 API void *__libc_memalign(size_t align, size_t size) { return trove_memalign(align, size); }
 API void *__libc_valloc(size_t size) { return trove_valloc(size); }
 API void *__libc_pvalloc(size_t size) { return trove_pvalloc(size); }
