@@ -296,7 +296,7 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
 /* A local free took `used` below the superblock's trigger.
  *
  * An empty sparse superblock stays on the sparse list (within K) rather than going to the page
- * heap at once, even in the classes above 1 KiB where a superblock is only 2-16 blocks: giving
+ * heap at once, even in the classes above 1 KiB where a superblock holds few blocks: giving
  * those back on the spot let other classes reuse their pages (sizesweep peak RSS -6% at the
  * time) but sent producer/consumer threads through the page heap lock for nearly every
  * superblock they filled: bench/xmalloc (8 B-4 KiB blocks in batches freed by another

@@ -15,22 +15,27 @@ void _trove_size_classes_init(void) {
       _trove_class_size[8 + (lg - 7) * 8 + k] = (uint32_t)((1ul << lg) + k * (1ul << (lg - 3)));
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t bs = _trove_class_size[c];
-    /* A superblock is 64 KiB for blocks up to 128 B, 32 KiB up to 1 KiB and 16 KiB above,
-     * grown until it holds at least 8 blocks (4 above 1 KiB, 2 above 16 KiB) with at most 1/8
+    /* A superblock is 64 KiB for blocks up to 128 B, 32 KiB up to 4 KiB and 16 KiB above,
+     * grown until it holds at least 8 blocks (4 above 4 KiB, 2 above 16 KiB) with at most 1/8
      * lost in its tail. Every class in use keeps a current superblock per thread, and a partly
      * used one ties up its whole run once carved, so the larger classes get fewer blocks per
      * superblock: larson's 10-1000 B mix needs a third less RSS at 32 KiB than at 64, and
      * 16 KiB / 4 blocks above 1 KiB (instead of 32 KiB / 8) cut peak RSS by 12-15% on
-     * mtmalloctest and 10% on stability, for a refill every 4 blocks where all are live.
+     * mtmalloctest and 10% on stability. But from 1 to 4 KiB, 16 KiB is only 4-14 blocks,
+     * and threads that hand such blocks to each other (bench/xmalloc) changed superblocks
+     * every few calls: 32 KiB there made xmalloc 19-24% faster for 9% more peak RSS, and
+     * cost mtmalloctest, shbench-large, reallocgrow and stability 1-4% more RSS.
      * Above 16 KiB, 2 blocks: every class in use holds a current superblock, and at 4 blocks
      * the 24 classes from 9 to 64 KiB held 2.3 MiB of a `git log -p` run's 9.5 MiB; at 2
      * above 16 KiB its peak RSS is 8% lower, reallocgrow's 4% and stability's 3%. At 2 from
      * 8 KiB up, mtmalloctest's peak RSS was 17% lower and reallocgrow's 11%, but
      * shbench-large (8 B-16 KiB) ran 4% slower at 1 thread and 10-13% at 4 (a superblock
      * turnover every 2 blocks); from 4 KiB up mtmalloctest and stability got 5-10% slower;
-     * a single block per superblock above 32 KiB cost stability 40% more RSS. */
-    size_t pages = bs <= 128 ? TROVE_SB_PAGES : bs <= 1024 ? TROVE_SB_PAGES / 2 : TROVE_SB_PAGES / 4;
-    size_t min_blocks = bs <= 1024 ? 8 : bs <= 16384 ? 4 : 2;
+     * a single block per superblock above 32 KiB cost stability 40% more RSS. 64 KiB for
+     * all classes up to 16 KiB (at least 8 blocks) was faster still on shbench-large (11%
+     * at 1 thread) but cost it 20% more peak RSS, and mtmalloctest 14%. */
+    size_t pages = bs <= 128 ? TROVE_SB_PAGES : bs <= 4096 ? TROVE_SB_PAGES / 2 : TROVE_SB_PAGES / 4;
+    size_t min_blocks = bs <= 4096 ? 8 : bs <= 16384 ? 4 : 2;
     while (pages * TROVE_PAGE_SIZE < min_blocks * bs ||
            (pages * TROVE_PAGE_SIZE) % bs > (pages * TROVE_PAGE_SIZE) / 8)
       pages++;
