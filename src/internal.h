@@ -210,7 +210,10 @@ void _trove_size_classes_init(void);
 
 /* ---------------------------------------------------------------- thread heaps (heap.c) */
 
-typedef struct trove_class_lists_s { trove_sb_t *partial, *full; } trove_class_lists_t;
+typedef struct trove_class_lists_s {
+  trove_sb_t *partial, *full;
+  uint32_t nsparse;                        /* superblocks of this class on the sparse list */
+} trove_class_lists_t;
 
 typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
   size_t slow_mallocs, remote_frees, released, adopted, sb_fresh;
@@ -236,6 +239,7 @@ typedef struct trove_heap_s {
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
+  uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */
   bool alive;                              /* a thread runs on it */
   bool orphan;                             /* its thread vanished in a fork: never reused */
   bool expiring;                           /* a sweep is handing its superblocks back */
