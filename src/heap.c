@@ -13,11 +13,11 @@
  * a heap that no longer owns its superblock is forwarded.
  *
  * Blowup (Hoard 3.1): a superblock whose live blocks drop below (1-f) of its capacity is
- * "sparse" (empty ones included). A heap keeps at most K sparse superblocks; past that it moves
- * its emptiest one to the pool, where any thread adopts it for the same size class, or, if it
- * is empty, to the page heap for any size class. Every other superblock of a heap is either
- * current (one per class in use, C) or at least (1-f) full, so
- *     A <= U/(1-f) + P * (K + C) * S
+ * "sparse" (empty ones included). A heap keeps sparse superblocks of K * 64 KiB at most; past
+ * that it moves its emptiest one to the pool, where any thread adopts it for the same size
+ * class, or, if it is empty, to the page heap for any size class. Every other superblock of a
+ * heap is either current (one per class in use, C) or at least (1-f) full, so
+ *     A <= U/(1-f) + P * (K * 64 KiB + C * S)
  * independent of the run's length. docs/DESIGN.md derives it. */
 #include "internal.h"
 #include <limits.h>
@@ -238,12 +238,14 @@ void _trove_pool_sweep(void) {
 static void sparse_add(trove_heap_t *h, trove_sb_t *sb) {
   list_push(&h->sparse, sb);
   h->nsparse++;
+  h->sparse_pages += sb->npages;
   h->lists[sb->cls].nsparse++;
 }
 
 static void sparse_remove(trove_heap_t *h, trove_sb_t *sb) {
   list_remove(&h->sparse, sb);
   h->nsparse--;
+  h->sparse_pages -= sb->npages;
   h->lists[sb->cls].nsparse--;
   if (_trove_sb_used(sb) == 0) h->nempty--;
 }
@@ -289,7 +291,7 @@ static void cur_trim(trove_heap_t *h, uint64_t now, bool all) {
 /* ------------------------------------------------------------------ the blowup rule */
 static void sparse_release_emptiest(trove_heap_t *h) {
   trove_sb_t *min = h->sparse;
-  for (trove_sb_t *sb = h->sparse; sb; sb = sb->next)
+  for (trove_sb_t *sb = h->sparse; sb && _trove_sb_used(min) != 0; sb = sb->next)
     if (_trove_sb_used(sb) < _trove_sb_used(min)) min = sb;
   sparse_remove(h, min);
   h->c.released++;
@@ -300,7 +302,8 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
   sb->state = TROVE_SB_SPARSE;
   _trove_sb_set_trigger(sb, 1);            /* next slow free: when it becomes empty */
   sparse_add(h, sb);
-  if (h->nsparse > (uint32_t)TROVE_OPT(BLOWUP_K)) sparse_release_emptiest(h);
+  while (h->sparse_pages > (uint32_t)TROVE_OPT(BLOWUP_K) * TROVE_SB_PAGES)
+    sparse_release_emptiest(h);
 }
 
 /* A local free took `used` below the superblock's trigger.
@@ -542,7 +545,7 @@ static void heap_reset(trove_heap_t *h) {
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   memset(h->lists, 0, sizeof h->lists);
   h->sparse = h->mcache = NULL;
-  h->nsparse = h->nempty = h->nmcache = h->mcache_pages = 0;
+  h->nsparse = h->sparse_pages = h->nempty = h->nmcache = h->mcache_pages = 0;
 }
 
 /* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently

@@ -20,8 +20,8 @@ typedef struct {
 static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_PURGE_DELAY_MS] = {"TROVE_PURGE_DELAY_MS", OPT_INT, 250, 0, 3600000,
                                 "free pages older than this (ms) go back to the OS"},
-  [TROVE_OPT_BLOWUP_K] = {"TROVE_BLOWUP_K", OPT_INT, 16, 0, 4096,
-                          "f-empty superblocks a thread heap may keep (Hoard's K)"},
+  [TROVE_OPT_BLOWUP_K] = {"TROVE_BLOWUP_K", OPT_INT, 24, 0, 4096,
+                          "f-empty superblocks a thread heap may keep, in 64 KiB units (Hoard's K)"},
   [TROVE_OPT_BLOWUP_F_PCT] = {"TROVE_BLOWUP_F", OPT_PERCENT, 50, 1, 99,
                               "empty fraction that makes a superblock sparse (Hoard's f)"},
   [TROVE_OPT_SHOW_STATS] = {"TROVE_SHOW_STATS", OPT_BOOL, 0, 0, 1, "print statistics at exit"},

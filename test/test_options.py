@@ -49,7 +49,7 @@ def check(name, cond, detail=""):
 # --- defaults and values shown as applied
 p = run()
 check("defaults run", p.returncode == 0 and p.stderr == "", p.stderr)
-defaults = {"TROVE_PURGE_DELAY_MS": 250, "TROVE_BLOWUP_K": 16, "TROVE_BLOWUP_F": 50,
+defaults = {"TROVE_PURGE_DELAY_MS": 250, "TROVE_BLOWUP_K": 24, "TROVE_BLOWUP_F": 50,
             "TROVE_SHOW_STATS": 0, "TROVE_VERBOSE": 0, "TROVE_ON_MISUSE": 0,
             "TROVE_DIRTY_MAX_MB": 8, "TROVE_LARGE_CACHE_MB": 32}
 for name, d in defaults.items():
@@ -82,8 +82,9 @@ check("unknown name warns", p.returncode == 0 and "unknown option TROVE_PURGE_DE
 # --- each option applied
 p = run("dirty")
 check("DIRTY_MAX_MB=8 caps dirty pages", value(p.stdout, "dirty_kib") <= 8 * 1024)
-p = run("dirty", TROVE_DIRTY_MAX_MB=0)
-# the cap is DIRTY_MAX_MB or the pages in use (here a few superblocks), whichever is larger
+p = run("dirty", TROVE_DIRTY_MAX_MB=0, TROVE_BLOWUP_K=0)
+# the cap is DIRTY_MAX_MB or the pages in use, whichever is larger; with K = 0 the thread keeps
+# no empty superblock, so the pages in use are a few superblocks (K = 24 keeps 1.5 MiB)
 check("DIRTY_MAX_MB=0 purges at once", value(p.stdout, "dirty_kib") < 1024, p.stdout[:200])
 p = run("dirty", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000)
 check("DIRTY_MAX_MB=1024 keeps them", value(p.stdout, "dirty_kib") >= 16 * 1024)
