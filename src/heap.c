@@ -237,14 +237,12 @@ void _trove_pool_sweep(void) {
 /* ------------------------------------------------------------------ the sparse list */
 static void sparse_add(trove_heap_t *h, trove_sb_t *sb) {
   list_push(&h->sparse, sb);
-  h->nsparse++;
   h->sparse_pages += sb->npages;
   h->lists[sb->cls].nsparse++;
 }
 
 static void sparse_remove(trove_heap_t *h, trove_sb_t *sb) {
   list_remove(&h->sparse, sb);
-  h->nsparse--;
   h->sparse_pages -= sb->npages;
   h->lists[sb->cls].nsparse--;
   if (_trove_sb_used(sb) == 0) h->nempty--;
@@ -545,7 +543,7 @@ static void heap_reset(trove_heap_t *h) {
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   memset(h->lists, 0, sizeof h->lists);
   h->sparse = h->mcache = NULL;
-  h->nsparse = h->sparse_pages = h->nempty = h->nmcache = h->mcache_pages = 0;
+  h->sparse_pages = h->nempty = h->nmcache = h->mcache_pages = 0;
 }
 
 /* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently

@@ -232,7 +232,6 @@ typedef struct trove_heap_s {
   _Atomic(uintptr_t) remote_pending;
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
-  uint32_t nsparse;
   uint32_t sparse_pages;                    /* their pages: at most K * TROVE_SB_PAGES */
   uint32_t nempty;                         /* sparse ones with no live block */
   trove_sb_t *mcache;                      /* medium runs this thread freed, for reuse */
