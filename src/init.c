@@ -18,6 +18,7 @@ static _Atomic bool fork_registered;
 static void init_body(void) {
   _trove_size_classes_init();
   _trove_options_init();
+  _trove_pages_init();
   _trove_key = (uintptr_t)_trove_os_random();
   pthread_key_create(&_trove_thread_key, _trove_heap_thread_done);
   __atomic_store_n(&_trove_initialized, true, __ATOMIC_RELEASE);
@@ -34,22 +35,22 @@ void _trove_init(void) {
 /* ------------------------------------------------------------------ fork */
 static void fork_prepare(void) {
   pthread_mutex_lock(&_trove_heaps_lock);
-  pthread_mutex_lock(&_trove_pool_lock);
-  pthread_mutex_lock(&_trove_pages_lock);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_pool[c].lock);
+  _trove_pages_lock_all();
   pthread_mutex_lock(&_trove_large_lock);
 }
 
 static void fork_parent(void) {
   pthread_mutex_unlock(&_trove_large_lock);
-  pthread_mutex_unlock(&_trove_pages_lock);
-  pthread_mutex_unlock(&_trove_pool_lock);
+  _trove_pages_unlock_all();
+  for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_pool[c].lock);
   pthread_mutex_unlock(&_trove_heaps_lock);
 }
 
 static void fork_child(void) {
   pthread_mutex_init(&_trove_large_lock, NULL);
-  pthread_mutex_init(&_trove_pages_lock, NULL);
-  pthread_mutex_init(&_trove_pool_lock, NULL);
+  _trove_pages_fork_child();
+  for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_init(&_trove_pool[c].lock, NULL);
   pthread_mutex_init(&_trove_heaps_lock, NULL);
   _trove_heaps_fork_child();
 }

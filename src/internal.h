@@ -95,6 +95,10 @@ typedef enum {             /* where a small superblock is; decides what a free's
 
 struct trove_heap_s;
 
+typedef struct trove_arena_ref_s {   /* page_heap.c: which arena a heap takes page runs from */
+  uint32_t arena, home, calls, contended;
+} trove_arena_ref_t;
+
 /* The descriptor of a page run; lives in the segment header, one per page (only the first
  * page of a run is used). One cache line of hot fields, so descriptors of superblocks owned
  * by different threads never share a line. The owner alone touches the hot fields; other
@@ -124,6 +128,7 @@ typedef struct trove_sb_s {
   uint8_t cls;
   uint8_t dirty;               /* free run: touched since the last purge */
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
+  uint8_t pool_full;           /* pool: on the class's `full` list rather than `avail` */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   _Atomic(int32_t) pool_live;  /* pool: live blocks not yet freed (a hint, see heap.c) */
   uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
@@ -138,8 +143,9 @@ typedef struct trove_segment_s {
   struct trove_segment_s *next, *prev;       /* all segments (page heap lock) */
   uint32_t free_pages;                       /* pages in free runs */
   uint32_t first_page;                       /* pages before it hold this header */
-  uint64_t empty_since;                      /* all pages free since (ms), 0 if not */
+  uint64_t empty_since;                      /* in the empty-segment cache since (ms), 0 if not */
   uint64_t seq;                              /* creation order: the page heap's preference */
+  uint32_t arena;                            /* the page heap arena it belongs to */
   /* page -> byte offset in sb[] of its run's descriptor (first page * 128 fits 16 bits) */
   uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t sb[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
@@ -245,6 +251,7 @@ typedef struct trove_heap_s {
   bool expiring;                           /* a sweep is handing its superblocks back */
   uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */
   uint32_t id;
+  trove_arena_ref_t arena;                 /* the page heap arena it takes runs from */
   trove_heap_counters_t c;
   struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */
   struct trove_heap_s *next_free;          /* heaps of exited threads, for reuse */
@@ -263,19 +270,35 @@ void _trove_heap_collect(trove_heap_t *h, bool force) TROVE_HIDDEN;
 void _trove_heaps_fork_child(void) TROVE_HIDDEN;
 void _trove_pool_sweep(void) TROVE_HIDDEN;
 void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
-extern pthread_mutex_t _trove_pool_lock, _trove_heaps_lock;
+/* The shared pool of one size class (Hoard's global heap): superblocks owned by no heap. One
+ * lock per class, each on its own cache line: with one lock for all classes, 16 threads of
+ * bench/stability on 16 cores waited 7.4 s in all on it in a 2 s run. */
+typedef struct trove_pool_s {
+  pthread_mutex_t lock;
+  trove_sb_t *avail;           /* superblocks that may have a free block */
+  trove_sb_t *full;            /* found without one by an adoption; out of the way until swept */
+  uint32_t sweeps;
+} __attribute__((aligned(TROVE_CACHE_LINE))) trove_pool_t;
+extern trove_pool_t _trove_pool[TROVE_CLASSES];
+extern pthread_mutex_t _trove_heaps_lock;
 extern trove_heap_t *_trove_heaps_all;
-extern trove_sb_t *_trove_pool[TROVE_CLASSES], *_trove_pool_full[TROVE_CLASSES];
 
 /* ---------------------------------------------------------------- segments and page heap */
-trove_segment_t *_trove_segment_new(void) TROVE_HIDDEN;          /* page heap lock held */
-void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* page heap lock held */
-trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages, int kind) TROVE_HIDDEN;
-void _trove_pages_free(trove_sb_t *run) TROVE_HIDDEN;
+trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* arena lock held */
+void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
+void _trove_pages_init(void) TROVE_HIDDEN;
+void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) TROVE_HIDDEN;
+/* A run from the heap's arena (`ref` NULL: arena 0) */
+trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t align_pages,
+                              int kind) TROVE_HIDDEN;
+void _trove_pages_free(trove_sb_t *run) TROVE_HIDDEN;         /* to the arena of its segment */
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */
 void _trove_pages_purge(bool all) TROVE_HIDDEN;
-extern pthread_mutex_t _trove_pages_lock;
-extern trove_segment_t *_trove_segments;
+void _trove_pages_lock_all(void) TROVE_HIDDEN;
+void _trove_pages_unlock_all(void) TROVE_HIDDEN;
+void _trove_pages_fork_child(void) TROVE_HIDDEN;
+trove_segment_t *_trove_pages_next_segment(trove_segment_t *seg) TROVE_HIDDEN;
+void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) TROVE_HIDDEN;
 
 /* superblock.c */
 void _trove_sb_init(trove_sb_t *sb, size_t cls) TROVE_HIDDEN;
@@ -322,6 +345,7 @@ void _trove_os_write_fd(int fd, const char *s, size_t n) TROVE_HIDDEN;
 void _trove_os_close(int fd) TROVE_HIDDEN;
 void _trove_os_set_enomem(void) TROVE_HIDDEN;
 size_t _trove_os_page_size(void) TROVE_HIDDEN;
+size_t _trove_os_ncpus(void) TROVE_HIDDEN;                       /* CPUs we may run on, >= 1 */
 /* bytes mapped and purged, for stats (relaxed atomics, slow paths only) */
 extern _Atomic size_t _trove_os_mapped, _trove_os_purged_now, _trove_os_peak_mapped;
 extern _Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;
@@ -330,7 +354,7 @@ extern _Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;
 typedef enum {
   TROVE_OPT_PURGE_DELAY_MS, TROVE_OPT_BLOWUP_K, TROVE_OPT_BLOWUP_F_PCT, TROVE_OPT_SHOW_STATS,
   TROVE_OPT_VERBOSE, TROVE_OPT_ON_MISUSE, TROVE_OPT_DIRTY_MAX_MB, TROVE_OPT_LARGE_CACHE_MB,
-  TROVE_OPT_COUNT
+  TROVE_OPT_ARENAS, TROVE_OPT_COUNT
 } trove_option_t;
 enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
 extern long _trove_options[TROVE_OPT_COUNT];

@@ -32,6 +32,8 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                               "free dirty pages beyond this (MiB) or the in-use pages go back at once"},
   [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 32, 0, 1 << 20,
                                 "freed large mappings kept resident for reuse (MiB)"},
+  [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,
+                        "page heap arenas (0: one per CPU, threads spread when they contend)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

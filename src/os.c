@@ -12,6 +12,7 @@
 #include "internal.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -122,6 +123,18 @@ uint64_t _trove_os_random(void) {
 }
 
 size_t _trove_os_page_size(void) { return 4096; }
+
+/* The CPUs this process may run on (its affinity mask, as taskset or a container sets it):
+ * one system call, no allocation, so it is safe during early init. */
+size_t _trove_os_ncpus(void) {
+  cpu_set_t set;
+  int saved = errno;
+  int ok = sched_getaffinity(0, sizeof set, &set);
+  errno = saved;
+  if (ok != 0) return 1;
+  int n = CPU_COUNT(&set);
+  return n > 0 ? (size_t)n : 1;
+}
 
 static ssize_t read_file(const char *path, char *buf, size_t n) {
   int saved = errno;

@@ -1,7 +1,15 @@
 /* The page heap: free page runs of all segments, in bins by length, coalesced with their
  * neighbours on free. Serves superblocks (to thread heaps) and medium objects (directly).
- * One lock: it is taken once per superblock (64 KiB of small allocations) or per medium
- * object, never on the small-object fast paths.
+ * Arenas: the page heap is split into arenas (option ARENAS; by default one per CPU the
+ * process may run on), each with its own lock, segments and bins; a thread heap takes pages
+ * from arena 0 until it finds that lock contended, then from its own, (id - 1) mod N; a run
+ * goes back to the arena of its segment. A lock is taken
+ * once per superblock (32-64 KiB of small allocations) or per medium object, never on the
+ * small-object fast paths. With one lock for all, 16 threads of bench/stability on 16 cores
+ * waited 7.5 s in all on it in a 2 s run (5 us held per call: bin walks over other cores'
+ * descriptors). The price is locality across arenas: a free run of one arena does not serve
+ * another's threads, so each may keep an empty segment and its own dirty runs (the dirty cap
+ * stays global).
  *
  * Bins: one per run length up to 128 pages (1 MiB, the largest medium object), so that a
  * request takes the shortest run that fits (best fit; among equals, the oldest segment's,
@@ -16,32 +24,167 @@
 #include <string.h>
 
 #define BINS 130                      /* bin i < 129: runs of exactly i pages; 129: longer */
+#define ARENAS_MAX 64
 
-pthread_mutex_t _trove_pages_lock = PTHREAD_MUTEX_INITIALIZER;
-static trove_sb_t *bins[BINS];
-static size_t dirty_pages;            /* pages in free runs marked dirty */
-static size_t empty_segments;         /* segments with every page free (empty_since set) */
-static size_t used_pages;             /* pages in runs handed out (superblocks, medium) */
+typedef struct arena_s {
+  pthread_mutex_t lock;
+  trove_sb_t *bins[BINS];
+  trove_segment_t *segments;          /* this arena's segments */
+  size_t dirty_pages;                 /* pages in free runs marked dirty */
+} __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
+
+static arena_t arenas[ARENAS_MAX];
+static size_t narenas = 1;            /* set once by _trove_pages_init, before any thread heap */
+static bool arenas_fixed;             /* ARENAS set: each heap uses its own arena from the start */
+/* Totals over all arenas, for the dirty cap (relaxed: a cap, not an account). */
+static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
+static _Atomic size_t used_total;     /* pages in runs handed out (superblocks, medium) */
+
+/* Empty segments: an arena whose segment empties hands it here, and an arena that needs a
+ * segment takes one from here before mapping a new one, so empty segments serve every arena.
+ * At most 1 + N/8 wait (their free run's dirty pages count in dirty_total), each for at most
+ * the purge delay; more are unmapped at once. With an empty segment kept in each arena
+ * instead, shbench-large at 16 threads on 16 cores had 142 MiB peak RSS against 83 with one
+ * arena. Lock order: an arena's lock, then this one. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static trove_segment_t *cache;        /* newest first */
+static _Atomic size_t ncached;       /* changed under cache_lock; read without it as a hint */
+
+void _trove_pages_init(void) {
+  size_t n = (size_t)TROVE_OPT(ARENAS);
+  arenas_fixed = n != 0;
+  if (n == 0) n = _trove_os_ncpus();
+  narenas = n < 1 ? 1 : n > ARENAS_MAX ? ARENAS_MAX : n;
+  for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
+}
+
+static size_t seg_usable(const trove_segment_t *seg) { return TROVE_SEGMENT_PAGES - seg->first_page; }
+static size_t cached_dirty(trove_segment_t *seg) {
+  return seg->sb[seg->first_page].dirty ? seg_usable(seg) : 0;
+}
+
+/* Unmap a list of segments taken out of the cache (no lock held: munmap can be slow). */
+static void cache_release(trove_segment_t *list) {
+  for (trove_segment_t *seg = list, *next; seg; seg = next) {
+    next = seg->next;
+    _trove_segment_free(seg);
+  }
+}
+
+/* Take out of the cache the segments past `keep`, oldest first, or those cached before
+ * `before` (ms; 0: none): the caller unmaps them. */
+static trove_segment_t *cache_trim(size_t keep, uint64_t before) {
+  trove_segment_t *out = NULL;
+  pthread_mutex_lock(&cache_lock);
+  size_t i = 0;
+  for (trove_segment_t *seg = cache, *next; seg; seg = next, i++) {
+    next = seg->next;
+    if (i < keep && !(before && seg->empty_since < before)) continue;
+    if (seg->prev) seg->prev->next = seg->next; else cache = seg->next;
+    if (seg->next) seg->next->prev = seg->prev;
+    atomic_fetch_sub_explicit(&ncached, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
+    seg->next = out;
+    out = seg;
+  }
+  pthread_mutex_unlock(&cache_lock);
+  return out;
+}
+
+/* Arena lock held: `seg` has just become all free (its whole run is made, not in a bin). */
+static void cache_put(arena_t *a, trove_segment_t *seg, uint64_t at) {
+  if (seg->prev) seg->prev->next = seg->next; else a->segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  seg->empty_since = at ? at : 1;
+  pthread_mutex_lock(&cache_lock);
+  seg->prev = NULL;
+  seg->next = cache;
+  if (cache) cache->prev = seg;
+  cache = seg;
+  atomic_fetch_add_explicit(&ncached, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
+  pthread_mutex_unlock(&cache_lock);
+}
+
+/* No lock held: unmap the cached segments past the bound. */
+static void cache_bound(void) {
+  size_t keep = 1 + narenas / 8;
+  if (atomic_load_explicit(&ncached, memory_order_relaxed) > keep)
+    cache_release(cache_trim(keep, 0));
+}
+
+/* Arena lock held: the newest cached segment, now the arena's, or NULL. */
+static trove_segment_t *cache_take(arena_t *a) {
+  if (atomic_load_explicit(&ncached, memory_order_relaxed) == 0) return NULL;   /* a hint */
+  pthread_mutex_lock(&cache_lock);
+  trove_segment_t *seg = cache;
+  if (seg) {
+    cache = seg->next;
+    if (cache) cache->prev = NULL;
+    atomic_fetch_sub_explicit(&ncached, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&cache_lock);
+  if (seg == NULL) return NULL;
+  seg->empty_since = 0;
+  seg->arena = (uint32_t)(a - arenas);
+  seg->prev = NULL;
+  seg->next = a->segments;
+  if (a->segments) a->segments->prev = seg;
+  a->segments = seg;
+  return seg;
+}
+
+/* Lock the arena a heap takes pages from. Unless ARENAS is set, every heap starts in arena 0, so that a program
+ * with few threads keeps one page heap (an arena per thread cost threadtest-64 at 2 threads
+ * 17% more peak RSS, sizesweep 6-9%: each thread's segment partly used). A heap that finds the
+ * lock taken on more than a quarter of 128 calls moves to its own arena, (id - 1) mod N, for
+ * good, so only threads that really contend spread out (bench/stability, 16 threads on 16
+ * cores: 35% of calls found the single lock taken; 2 threads on 2 cores: 2%; at 1/8,
+ * sizesweep's threads on 2 cores still spread, for 5-10% more peak RSS). */
+static arena_t *arena_lock(trove_arena_ref_t *ref) {
+  arena_t *a = &arenas[ref->arena];
+  if (ref->arena == ref->home) {          /* (so the shared empty heap's ref is never written) */
+    pthread_mutex_lock(&a->lock);
+    return a;
+  }
+  bool contended = pthread_mutex_trylock(&a->lock) != 0;
+  ref->contended += contended;
+  if (++ref->calls == 128) {
+    if (ref->contended > 128 / 4) {
+      ref->arena = ref->home;
+      if (contended) a = &arenas[ref->arena];
+      else {
+        pthread_mutex_unlock(&a->lock);
+        a = &arenas[ref->arena];
+        contended = true;
+      }
+    }
+    ref->calls = ref->contended = 0;
+  }
+  if (contended) pthread_mutex_lock(&a->lock);
+  return a;
+}
+
+void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) {
+  ref->home = heap_id ? (uint32_t)((heap_id - 1) % narenas) : 0;
+  ref->arena = arenas_fixed ? ref->home : 0;
+  ref->calls = ref->contended = 0;
+}
 
 static size_t bin_of(size_t npages) { return npages < BINS - 1 ? npages : BINS - 1; }
 static trove_segment_t *seg_of(trove_sb_t *run) { return _trove_segment_of((uintptr_t)run); }
+static arena_t *arena_of(trove_segment_t *seg) { return &arenas[seg->arena]; }
 static uintptr_t run_addr(trove_sb_t *run) {
   return (uintptr_t)seg_of(run) + ((uintptr_t)run->page << TROVE_PAGE_SHIFT);
 }
 
-/* Bins are kept in segment creation order, then address order, and served first to last:
- * live runs pack into the oldest segments and the newest ones empty out and go back to the
- * OS, where LIFO order would leave a little live data in every segment. Creation order rather
- * than address order because a new segment's pages are untouched: with address order, the
- * second segment (mapped below the first) was served first again after a phase freed
- * everything, and its untouched tail was faulted in while dirty pages of the first waited
- * (threadtest-64: peak RSS 10.5 MiB after the second round, 8.9 after the first). */
 static uint64_t run_order(trove_sb_t *run) { return seg_of(run)->seq << 16 | run->page; }
 
-static void bin_push(trove_sb_t *run) {
+static void bin_push(arena_t *a, trove_sb_t *run) {
   size_t b = bin_of(run->npages);
   uint64_t key = run_order(run);
-  trove_sb_t *prev = NULL, *next = bins[b];
+  trove_sb_t *prev = NULL, *next = a->bins[b];
   while (next && run_order(next) < key) {
     prev = next;
     next = next->next;
@@ -49,15 +192,21 @@ static void bin_push(trove_sb_t *run) {
   run->prev = prev;
   run->next = next;
   if (next) next->prev = run;
-  if (prev) prev->next = run; else bins[b] = run;
-  if (run->dirty) dirty_pages += run->npages;
+  if (prev) prev->next = run; else a->bins[b] = run;
+  if (run->dirty) {
+    a->dirty_pages += run->npages;
+    atomic_fetch_add_explicit(&dirty_total, run->npages, memory_order_relaxed);
+  }
 }
 
-static void bin_remove(trove_sb_t *run) {
+static void bin_remove(arena_t *a, trove_sb_t *run) {
   size_t b = bin_of(run->npages);
-  if (run->prev) run->prev->next = run->next; else bins[b] = run->next;
+  if (run->prev) run->prev->next = run->next; else a->bins[b] = run->next;
   if (run->next) run->next->prev = run->prev;
-  if (run->dirty) dirty_pages -= run->npages;
+  if (run->dirty) {
+    a->dirty_pages -= run->npages;
+    atomic_fetch_sub_explicit(&dirty_total, run->npages, memory_order_relaxed);
+  }
 }
 
 /* Point every page of [first, first+n) at `first`, so that a lookup of any address in the run
@@ -81,22 +230,22 @@ static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, b
   return run;
 }
 
-static trove_sb_t *find_run(size_t need) {
+static trove_sb_t *find_run(arena_t *a, size_t need) {
   for (size_t b = bin_of(need); b < BINS; b++)
-    for (trove_sb_t *r = bins[b]; r; r = r->next)
+    for (trove_sb_t *r = a->bins[b]; r; r = r->next)
       if (r->npages >= need) return r;
   return NULL;
 }
 
 /* Carve [page, page+n) out of free run `run` (already out of its bin); the pieces before and
  * after go back to the bins. */
-static trove_sb_t *split(trove_sb_t *run, size_t page, size_t n) {
+static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n) {
   trove_segment_t *seg = seg_of(run);
   size_t first = run->page, total = run->npages, end = first + total;
   bool dirty = run->dirty;
   uint64_t at = run->freed_at;
-  if (page > first) bin_push(make_free_run(seg, first, page - first, dirty, at));
-  if (page + n < end) bin_push(make_free_run(seg, page + n, end - page - n, dirty, at));
+  if (page > first) bin_push(a, make_free_run(seg, first, page - first, dirty, at));
+  if (page + n < end) bin_push(a, make_free_run(seg, page + n, end - page - n, dirty, at));
   trove_sb_t *r = &seg->sb[page];
   if (r != run) memset(r, 0, sizeof *r);
   r->page = (uint16_t)page;
@@ -108,66 +257,115 @@ static trove_sb_t *split(trove_sb_t *run, size_t page, size_t n) {
   r->freed_at = 0;
   map_pages(seg, page, n);
   seg->free_pages -= (uint32_t)n;
-  used_pages += n;
-  if (seg->empty_since) empty_segments--;
-  seg->empty_since = 0;
+  atomic_fetch_add_explicit(&used_total, n, memory_order_relaxed);
   return r;
 }
 
-trove_sb_t *_trove_pages_alloc(size_t npages, size_t align_pages, int kind) {
+/* Carve [page, page+npages) of `run` (out of its bin) at the alignment asked for. */
+static trove_sb_t *carve(arena_t *a, trove_sb_t *run, size_t npages, size_t align_pages, int kind) {
+  size_t page = run->page;
+  if (align_pages > 1) {
+    uintptr_t addr = run_addr(run), al = (uintptr_t)align_pages << TROVE_PAGE_SHIFT;
+    page += (((addr + al - 1) & ~(al - 1)) - addr) >> TROVE_PAGE_SHIFT;
+  }
+  trove_sb_t *r = split(a, run, page, npages);
+  r->kind = (uint8_t)kind;     /* before unlocking: a neighbour's free must not merge it */
+  return r;
+}
+
+static trove_sb_t *find_dirty_run(arena_t *a, size_t need) {
+  if (a->dirty_pages < need) return NULL;
+  for (size_t b = bin_of(need); b < BINS; b++)
+    for (trove_sb_t *r = a->bins[b]; r; r = r->next)
+      if (r->dirty && r->npages >= need) return r;
+  return NULL;
+}
+
+/* Arena `a` (locked) has no run that fits, or only clean ones (purged or never touched):
+ * take a resident one from another arena whose lock is free, rather than fault in pages.
+ * The run stays in its segment's arena (its free goes back there); only the allocation
+ * crosses over. Without this, the runs a heap freed in arena 0 before it moved to its own
+ * arena waited there for the purge: shbench-large at 16 threads on 16 cores, 133-142 MiB
+ * peak RSS against 83 with one arena. trylock only: no thread waits for a second lock. */
+static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int kind,
+                             bool dirty_only) {
+  size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
+  for (size_t k = 1; k < narenas; k++) {
+    arena_t *o = &arenas[(me + k) % narenas];
+    if (pthread_mutex_trylock(&o->lock) != 0) continue;
+    trove_sb_t *run = dirty_only ? find_dirty_run(o, need) : find_run(o, need), *r = NULL;
+    if (run) {
+      bin_remove(o, run);
+      r = carve(o, run, npages, align_pages, kind);
+    }
+    pthread_mutex_unlock(&o->lock);
+    if (r) return r;
+  }
+  return NULL;
+}
+
+trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t align_pages,
+                              int kind) {
   if (align_pages == 0) align_pages = 1;
   size_t need = npages + align_pages - 1;
   if (need > TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES) return NULL;
-  pthread_mutex_lock(&_trove_pages_lock);
-  trove_sb_t *run = find_run(need);
-  if (run == NULL) {
-    trove_segment_t *seg = _trove_segment_new();
+  static trove_arena_ref_t no_heap;       /* callers without a heap: arena 0, never written */
+  arena_t *a = arena_lock(ref ? ref : &no_heap);
+  trove_sb_t *run = find_run(a, need);
+  if (narenas > 1 && (run == NULL || !run->dirty)) {
+    trove_sb_t *r = steal_run(a, npages, align_pages, kind, run != NULL);
+    if (r) {
+      pthread_mutex_unlock(&a->lock);
+      return r;
+    }
+  }
+  trove_segment_t *seg;
+  if (run == NULL && (seg = cache_take(a)) != NULL) {
+    run = &seg->sb[seg->first_page];              /* its whole free run, in no bin */
+  } else if (run == NULL) {
+    seg = _trove_segment_new(&a->segments);
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
        * now (they would go after the purge delay anyway) and try once more. */
-      pthread_mutex_unlock(&_trove_pages_lock);
+      pthread_mutex_unlock(&a->lock);
       _trove_large_purge(true);
       _trove_pages_purge(true);
-      pthread_mutex_lock(&_trove_pages_lock);
-      if ((run = find_run(need)) != NULL) goto found;
-      seg = _trove_segment_new();
+      pthread_mutex_lock(&a->lock);
+      if ((run = find_run(a, need)) != NULL) goto found;
+      seg = _trove_segment_new(&a->segments);
     }
     if (seg == NULL) {
-      pthread_mutex_unlock(&_trove_pages_lock);
+      pthread_mutex_unlock(&a->lock);
       return NULL;
     }
-    run = make_free_run(seg, seg->first_page, seg->free_pages, false, 0);
+    seg->arena = (uint32_t)(a - arenas);
+    run = make_free_run(seg, seg->first_page, seg_usable(seg), false, 0);
   } else {
   found:
-    bin_remove(run);
+    bin_remove(a, run);
   }
-  size_t page = run->page;
-  if (align_pages > 1) {
-    uintptr_t a = run_addr(run), al = (uintptr_t)align_pages << TROVE_PAGE_SHIFT;
-    page += (((a + al - 1) & ~(al - 1)) - a) >> TROVE_PAGE_SHIFT;
-  }
-  trove_sb_t *r = split(run, page, npages);
-  r->kind = (uint8_t)kind;     /* before unlocking: a neighbour's free must not merge it */
-  pthread_mutex_unlock(&_trove_pages_lock);
+  trove_sb_t *r = carve(a, run, npages, align_pages, kind);
+  pthread_mutex_unlock(&a->lock);
   return r;
 }
 
 /* Purging happens outside the lock (madvise can take a while on a large run, and other
  * threads must not wait for it): a run to purge leaves its bin with kind PURGING, which no
  * neighbour merges with and no segment unmap passes, and comes back clean afterwards. */
-static void purge_take(trove_sb_t *run, trove_sb_t **list) {
-  bin_remove(run);
+static void purge_take(arena_t *a, trove_sb_t *run, trove_sb_t **list) {
+  bin_remove(a, run);
   run->kind = TROVE_SPAN_PURGING;
   run->next = *list;
   *list = run;
 }
 
 /* Insert the free run [first, first+n) of `seg`, merged with free neighbours (lock held). */
-static void insert_free(trove_segment_t *seg, size_t first, size_t n, bool dirty, uint64_t at) {
+static void insert_free(arena_t *a, trove_segment_t *seg, size_t first, size_t n, bool dirty,
+                        uint64_t at) {
   if (first > seg->first_page) {                      /* coalesce with the run before */
     trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
     if (left->kind == TROVE_SPAN_FREE) {
-      bin_remove(left);
+      bin_remove(a, left);
       dirty |= left->dirty;
       if (left->freed_at > at) at = left->freed_at;
       n += first - left->page;
@@ -177,34 +375,27 @@ static void insert_free(trove_segment_t *seg, size_t first, size_t n, bool dirty
   if (first + n < TROVE_SEGMENT_PAGES) {               /* and with the run after */
     trove_sb_t *right = &seg->sb[first + n];
     if (right->kind == TROVE_SPAN_FREE) {
-      bin_remove(right);
+      bin_remove(a, right);
       dirty |= right->dirty;
       if (right->freed_at > at) at = right->freed_at;
       n += right->npages;
     }
   }
-  trove_sb_t *run = make_free_run(seg, first, n, dirty, at);
-  bin_push(run);
-  if (n == TROVE_SEGMENT_PAGES - seg->first_page && seg->empty_since == 0) {
-    if (empty_segments >= 1) {       /* one empty segment waits for reuse; more go back now */
-      bin_remove(run);
-      _trove_segment_free(seg);
-      return;
-    }
-    empty_segments++;
-    seg->empty_since = at ? at : 1;
-  }
+  make_free_run(seg, first, n, dirty, at);
+  if (n == seg_usable(seg)) cache_put(a, seg, at);
+  else bin_push(a, &seg->sb[first]);
 }
 
-static void purge_finish(trove_sb_t *list) {
+static void purge_finish(arena_t *a, trove_sb_t *list) {
   if (list == NULL) return;
   for (trove_sb_t *r = list; r; r = r->next) _trove_os_purge((void *)run_addr(r), r->span_bytes);
-  pthread_mutex_lock(&_trove_pages_lock);
+  pthread_mutex_lock(&a->lock);
   for (trove_sb_t *r = list, *next; r; r = next) {
     next = r->next;
-    insert_free(seg_of(r), r->page, r->npages, false, r->freed_at);
+    insert_free(a, seg_of(r), r->page, r->npages, false, r->freed_at);
   }
-  pthread_mutex_unlock(&_trove_pages_lock);
+  pthread_mutex_unlock(&a->lock);
+  cache_bound();
 }
 
 /* Lock held: pick dirty runs to give back until the dirty total is under half the cap,
@@ -215,38 +406,67 @@ static void purge_finish(trove_sb_t *list) {
  * and the cap falls back to DIRTY_MAX_MB. With half the pages in use as the cap, sizesweep's
  * 1 MiB phase (32 live blocks of 8 B-1 MiB per thread) purged and faulted back 400 MiB:
  * 52 us per malloc/free pair instead of 4, for 3 MiB less peak RSS. */
-static trove_sb_t *purge_over_cap(void) {
+static size_t dirty_cap(void) {
   size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
-  if (cap < used_pages) cap = used_pages;
+  size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
+  return cap < used ? used : cap;
+}
+
+static bool over_cap(size_t cap) {
+  return atomic_load_explicit(&dirty_total, memory_order_relaxed) > cap;
+}
+
+static trove_sb_t *purge_over_cap(arena_t *a, size_t cap) {
   trove_sb_t *list = NULL;
-  if (dirty_pages <= cap) return NULL;
-  for (size_t b = BINS; b-- > 1 && dirty_pages > cap / 2;)
-    for (trove_sb_t *r = bins[b], *next; r && dirty_pages > cap / 2; r = next) {
+  for (size_t b = BINS; b-- > 1 && a->dirty_pages && over_cap(cap / 2);)
+    for (trove_sb_t *r = a->bins[b], *next; r && over_cap(cap / 2); r = next) {
       next = r->next;
-      if (r->dirty) purge_take(r, &list);
+      if (r->dirty) purge_take(a, r, &list);
     }
   return list;
 }
 
+/* Over the cap: the arena that passed it purges first, then the others in turn (one arena
+ * lock at a time) while the total stays over. */
+static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
+  purge_finish(first, list);
+  size_t cap = dirty_cap();
+  if (over_cap(cap / 2) && atomic_load_explicit(&ncached, memory_order_relaxed))
+    cache_release(cache_trim(0, 0));
+  for (size_t i = 0; i < narenas && over_cap(cap / 2); i++) {
+    arena_t *a = &arenas[i];
+    if (a == first || a->dirty_pages == 0) continue;            /* racy peek: a hint */
+    pthread_mutex_lock(&a->lock);
+    trove_sb_t *more = purge_over_cap(a, cap);
+    pthread_mutex_unlock(&a->lock);
+    purge_finish(a, more);
+  }
+}
+
 void _trove_pages_free(trove_sb_t *run) {
   trove_segment_t *seg = seg_of(run);
+  arena_t *a = arena_of(seg);
   uint64_t now = _trove_os_now_ms();
-  pthread_mutex_lock(&_trove_pages_lock);
+  pthread_mutex_lock(&a->lock);
   seg->free_pages += run->npages;
-  used_pages -= run->npages;
+  atomic_fetch_sub_explicit(&used_total, run->npages, memory_order_relaxed);
   run->carved = 0;
   __atomic_store_n(&run->limit, 0, __ATOMIC_RELAXED);   /* no block passes _trove_sb_is_block */
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
-  insert_free(seg, run->page, run->npages, true, now);
-  trove_sb_t *purge = purge_over_cap();
-  pthread_mutex_unlock(&_trove_pages_lock);
-  purge_finish(purge);
+  insert_free(a, seg, run->page, run->npages, true, now);
+  size_t cap = dirty_cap();
+  bool over = over_cap(cap);
+  trove_sb_t *purge = over ? purge_over_cap(a, cap) : NULL;
+  pthread_mutex_unlock(&a->lock);
+  if (over) purge_arenas_over_cap(a, purge);
+  cache_bound();
 }
 
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
   trove_segment_t *seg = seg_of(run);
+  arena_t *a = arena_of(seg);
   bool ok = false;
-  pthread_mutex_lock(&_trove_pages_lock);
+  pthread_mutex_lock(&a->lock);
   size_t end = run->page + run->npages;
   if (npages <= run->npages) {
     ok = true;
@@ -254,8 +474,8 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
     trove_sb_t *right = &seg->sb[end];
     size_t extra = npages - run->npages;
     if (right->kind == TROVE_SPAN_FREE && right->npages >= extra) {
-      bin_remove(right);
-      trove_sb_t *piece = split(right, end, extra);
+      bin_remove(a, right);
+      trove_sb_t *piece = split(a, right, end, extra);
       memset(piece, 0, sizeof *piece);
       run->npages = (uint16_t)npages;
       run->span_bytes = (uint32_t)(npages << TROVE_PAGE_SHIFT);
@@ -263,7 +483,7 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
       ok = true;
     }
   }
-  pthread_mutex_unlock(&_trove_pages_lock);
+  pthread_mutex_unlock(&a->lock);
   return ok;
 }
 
@@ -271,34 +491,61 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
  * segments that stayed empty that long. */
 void _trove_pages_purge(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
-  trove_sb_t *list = NULL;
-  pthread_mutex_lock(&_trove_pages_lock);
-  for (trove_segment_t *seg = _trove_segments, *next; seg; seg = next) {
-    next = seg->next;
-    trove_sb_t *whole = &seg->sb[seg->first_page];
-    if (seg->empty_since && whole->kind == TROVE_SPAN_FREE &&
-        whole->npages == TROVE_SEGMENT_PAGES - seg->first_page &&
-        (all || now - seg->empty_since >= delay)) {
-      bin_remove(whole);
-      empty_segments--;
-      _trove_segment_free(seg);
-    }
+  cache_release(cache_trim(all ? 0 : 1 + narenas / 8, all || now < delay ? 0 : now - delay + 1));
+  for (size_t i = 0; i < narenas; i++) {
+    arena_t *a = &arenas[i];
+    trove_sb_t *list = NULL;
+    pthread_mutex_lock(&a->lock);
+    for (size_t b = 1; b < BINS; b++)
+      for (trove_sb_t *r = a->bins[b], *next; r; r = next) {
+        next = r->next;
+        if (r->dirty && (all || now - r->freed_at >= delay)) purge_take(a, r, &list);
+      }
+    pthread_mutex_unlock(&a->lock);
+    purge_finish(a, list);
   }
-  for (size_t b = 1; b < BINS; b++)
-    for (trove_sb_t *r = bins[b], *next; r; r = next) {
-      next = r->next;
-      if (r->dirty && (all || now - r->freed_at >= delay)) purge_take(r, &list);
-    }
-  pthread_mutex_unlock(&_trove_pages_lock);
-  purge_finish(list);
 }
 
-/* stats.c reads the bins under the lock */
-void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) TROVE_HIDDEN;
+/* For the statistics and the heap map (stats.c), and fork (init.c). */
+void _trove_pages_lock_all(void) {
+  for (size_t i = 0; i < narenas; i++) pthread_mutex_lock(&arenas[i].lock);
+  pthread_mutex_lock(&cache_lock);
+}
+void _trove_pages_unlock_all(void) {
+  pthread_mutex_unlock(&cache_lock);
+  for (size_t i = narenas; i-- > 0;) pthread_mutex_unlock(&arenas[i].lock);
+}
+void _trove_pages_fork_child(void) {
+  for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
+  pthread_mutex_init(&cache_lock, NULL);
+}
+
+/* Every segment, arena by arena, then the cached ones: NULL starts, NULL ends (all locks
+ * held, _trove_pages_lock_all). */
+trove_segment_t *_trove_pages_next_segment(trove_segment_t *seg) {
+  size_t i = 0;
+  if (seg) {
+    if (seg->next) return seg->next;
+    if (seg->empty_since) return NULL;            /* the end of the cache */
+    i = seg->arena + 1;
+  }
+  for (; i < narenas; i++)
+    if (arenas[i].segments) return arenas[i].segments;
+  return cache;
+}
+
+/* All arena locks held. */
 void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) {
-  size_t f = 0;
-  for (size_t b = 1; b < BINS; b++)
-    for (trove_sb_t *r = bins[b]; r; r = r->next) f += r->npages;
+  size_t f = 0, d = 0;
+  for (size_t i = 0; i < narenas; i++) {
+    for (size_t b = 1; b < BINS; b++)
+      for (trove_sb_t *r = arenas[i].bins[b]; r; r = r->next) f += r->npages;
+    d += arenas[i].dirty_pages;
+  }
+  for (trove_segment_t *seg = cache; seg; seg = seg->next) {
+    f += seg_usable(seg);
+    d += cached_dirty(seg);
+  }
   *free_bytes = f << TROVE_PAGE_SHIFT;
-  *dirty_bytes = dirty_pages << TROVE_PAGE_SHIFT;
+  *dirty_bytes = d << TROVE_PAGE_SHIFT;
 }

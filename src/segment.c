@@ -6,38 +6,36 @@
 #include <string.h>
 
 uint8_t _trove_segmap[TROVE_SEGMAP_SIZE] __attribute__((aligned(4096)));
-trove_segment_t *_trove_segments;
 
 static void segmap_set(uintptr_t a, uint8_t kind) {
   __atomic_store_n(&_trove_segmap[a >> TROVE_SEGMENT_SHIFT], kind, __ATOMIC_RELEASE);
 }
 
-/* Called with the page heap lock held. Returns a segment whose usable pages form one free run
- * that the caller inserts into the page heap. */
-trove_segment_t *_trove_segment_new(void) {
+/* Called with the lock of the arena whose segment list `list` is held. Returns a segment whose
+ * usable pages form one free run that the caller inserts into the arena. */
+trove_segment_t *_trove_segment_new(trove_segment_t **list) {
   trove_segment_t *seg = _trove_os_map_aligned(TROVE_SEGMENT_SIZE, TROVE_SEGMENT_SIZE);
   if (seg == NULL) return NULL;
   if (((uintptr_t)seg >> TROVE_SEGMENT_SHIFT) >= TROVE_SEGMAP_SIZE) {  /* beyond 47 bits */
     _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
     return NULL;
   }
-  static uint64_t created;
+  static _Atomic uint64_t created;
   seg->magic = TROVE_SEGMENT_MAGIC;
-  seg->seq = ++created;
+  seg->seq = atomic_fetch_add_explicit(&created, 1, memory_order_relaxed) + 1;
   seg->first_page = (uint32_t)TROVE_HEADER_PAGES;
   seg->free_pages = (uint32_t)(TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
-  seg->next = _trove_segments;
+  seg->next = *list;
   seg->prev = NULL;
-  if (_trove_segments) _trove_segments->prev = seg;
-  _trove_segments = seg;
+  if (*list) (*list)->prev = seg;
+  *list = seg;
   segmap_set((uintptr_t)seg, TROVE_MAP_SEGMENT);
   return seg;
 }
 
+/* The caller has taken the segment off its list. */
 void _trove_segment_free(trove_segment_t *seg) {
   segmap_set((uintptr_t)seg, TROVE_MAP_NONE);
-  if (seg->prev) seg->prev->next = seg->next; else _trove_segments = seg->next;
-  if (seg->next) seg->next->prev = seg->prev;
   _trove_os_release(seg, TROVE_SEGMENT_SIZE);
 }
 

@@ -5,7 +5,6 @@
 #include "internal.h"
 #include <string.h>
 
-void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) TROVE_HIDDEN;
 trove_large_t *_trove_large_live(void) TROVE_HIDDEN;
 size_t _trove_large_cached_bytes(void) TROVE_HIDDEN;
 void _trove_options_print(void (*line)(void *, const char *), void *arg) TROVE_HIDDEN;
@@ -29,7 +28,8 @@ static const char *state_name(const trove_sb_t *sb) {
 
 /* Walk every run of every segment; the page heap lock keeps runs from splitting under us. */
 static void walk_segments(trove_stats_t *st) {
-  for (trove_segment_t *seg = _trove_segments; seg; seg = seg->next) {
+  for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
+       seg = _trove_pages_next_segment(seg)) {
     st->segments++;
     for (size_t pg = seg->first_page; pg < TROVE_SEGMENT_PAGES;) {
       const trove_sb_t *sb = &seg->sb[pg];
@@ -61,10 +61,10 @@ static void walk_segments(trove_stats_t *st) {
 TROVE_API void trove_stats_get(trove_stats_t *st) {
   _trove_init();
   memset(st, 0, sizeof *st);
-  pthread_mutex_lock(&_trove_pages_lock);
+  _trove_pages_lock_all();
   walk_segments(st);
   _trove_pages_totals(&st->free_page_bytes, &st->dirty_page_bytes);
-  pthread_mutex_unlock(&_trove_pages_lock);
+  _trove_pages_unlock_all();
   pthread_mutex_lock(&_trove_large_lock);
   st->large_objects = _trove_large_live_count;
   st->large_bytes = _trove_large_live_bytes;
@@ -166,9 +166,10 @@ TROVE_API int trove_heap_map_write(const char *path) {
                   "{\"version\":\"%s\",\"segment_size\":%zu,\"page_size\":%zu,\"segments\":[",
                   trove_version(), (size_t)TROVE_SEGMENT_SIZE, (size_t)TROVE_PAGE_SIZE);
   jw_put(&w, line);
-  pthread_mutex_lock(&_trove_pages_lock);
+  _trove_pages_lock_all();
   bool first_seg = true;
-  for (trove_segment_t *seg = _trove_segments; seg; seg = seg->next) {
+  for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
+       seg = _trove_pages_next_segment(seg)) {
     _trove_snprintf(line, sizeof line,
                     "%s\n{\"base\":\"%p\",\"size\":%zu,\"page_size\":%zu,\"header_pages\":%u,"
                     "\"spans\":[",
@@ -200,7 +201,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
     }
     jw_put(&w, "]}");
   }
-  pthread_mutex_unlock(&_trove_pages_lock);
+  _trove_pages_unlock_all();
   jw_put(&w, "\n],\"large\":[");
   pthread_mutex_lock(&_trove_large_lock);
   bool first = true;
@@ -212,16 +213,17 @@ TROVE_API int trove_heap_map_write(const char *path) {
   }
   pthread_mutex_unlock(&_trove_large_lock);
   jw_put(&w, "],\"pool\":[");
-  pthread_mutex_lock(&_trove_pool_lock);
   first = true;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t count = 0, used = 0, cap = 0;
+    pthread_mutex_lock(&_trove_pool[c].lock);
     for (int full = 0; full < 2; full++)
-      for (trove_sb_t *sb = full ? _trove_pool_full[c] : _trove_pool[c]; sb; sb = sb->next) {
+      for (trove_sb_t *sb = full ? _trove_pool[c].full : _trove_pool[c].avail; sb; sb = sb->next) {
         count++;
         used += (size_t)_trove_sb_used(sb);
         cap += sb->capacity;
       }
+    pthread_mutex_unlock(&_trove_pool[c].lock);
     if (!count) continue;
     _trove_snprintf(line, sizeof line,
                     "%s{\"block_size\":%u,\"superblocks\":%zu,\"used\":%zu,\"capacity\":%zu}",
@@ -229,7 +231,6 @@ TROVE_API int trove_heap_map_write(const char *path) {
     jw_put(&w, line);
     first = false;
   }
-  pthread_mutex_unlock(&_trove_pool_lock);
   jw_put(&w, "]}\n");
   jw_flush(&w);
   pthread_mutex_unlock(&map_lock);
