@@ -67,6 +67,10 @@ typedef struct trove_stats_s {
   size_t superblocks_adopted;  /* superblocks taken from the pool */
   size_t threads;            /* live thread heaps */
   size_t heaps_created;
+  size_t arenas;             /* page heap arenas (TROVE_ARENAS) */
+  size_t arenas_in_use;      /* arenas that hold segments */
+  size_t lock_waits_pool;    /* times a thread found a shared pool lock taken */
+  size_t lock_waits_pages;   /* times a thread found a page heap arena lock taken */
   trove_class_stats_t classes[TROVE_STATS_CLASSES];
 } trove_stats_t;
 

@@ -133,7 +133,7 @@ static void sb_release(trove_sb_t *sb, bool reclaim) {
     return;
   }
   pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
-  pthread_mutex_lock(lock);
+  _trove_lock(lock, TROVE_LOCK_POOL);
   pool_put_locked(sb);
   pthread_mutex_unlock(lock);
 }
@@ -156,7 +156,7 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
   }
   bool empty = false;
   pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
-  pthread_mutex_lock(lock);
+  _trove_lock(lock, TROVE_LOCK_POOL);
   push_block(&sb->thread_free, b);
   if (sb->state == TROVE_SB_POOL && atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
     sb->slack -= (int32_t)_trove_sb_collect(sb);
@@ -173,7 +173,7 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
 static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
   trove_pool_t *pool = &_trove_pool[cls];
   trove_sb_t *found = NULL;
-  pthread_mutex_lock(&pool->lock);
+  _trove_lock(&pool->lock, TROVE_LOCK_POOL);
   for (trove_sb_t *sb; (sb = pool->avail) != NULL;) {
     list_remove(&pool->avail, sb);
     sb->slack -= (int32_t)_trove_sb_collect(sb);
@@ -199,7 +199,7 @@ void _trove_pool_sweep(void) {
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     trove_pool_t *pool = &_trove_pool[c];
     if (pool->avail == NULL && pool->full == NULL) continue;   /* racy peek: a hint */
-    pthread_mutex_lock(&pool->lock);
+    _trove_lock(&pool->lock, TROVE_LOCK_POOL);
     bool full_walk = (++pool->sweeps & 7) == 0;
     for (trove_sb_t *sb = pool->full, *next; sb; sb = next) {
       next = sb->next;
@@ -475,7 +475,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   if (h == &_trove_heap_empty && (h = thread_heap_init(NULL)) == NULL) return false;
   bool adopted = false;
   pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
-  pthread_mutex_lock(lock);
+  _trove_lock(lock, TROVE_LOCK_POOL);
   if (sb->state == TROVE_SB_POOL && sb->reclaim &&
       atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
     pool_unlink(sb);

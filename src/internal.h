@@ -280,6 +280,16 @@ typedef struct trove_pool_s {
   uint32_t sweeps;
 } __attribute__((aligned(TROVE_CACHE_LINE))) trove_pool_t;
 extern trove_pool_t _trove_pool[TROVE_CLASSES];
+
+/* A slow-path lock that counts the times it was found taken (trove_stats_t's lock_waits_*):
+ * the first thing to look at when a program scales badly. */
+enum { TROVE_LOCK_POOL, TROVE_LOCK_PAGES };
+extern _Atomic size_t _trove_lock_waits[2];
+static inline void _trove_lock(pthread_mutex_t *m, int which) {
+  if (pthread_mutex_trylock(m) == 0) return;
+  atomic_fetch_add_explicit(&_trove_lock_waits[which], 1, memory_order_relaxed);
+  pthread_mutex_lock(m);
+}
 extern pthread_mutex_t _trove_heaps_lock;
 extern trove_heap_t *_trove_heaps_all;
 
@@ -299,6 +309,7 @@ void _trove_pages_unlock_all(void) TROVE_HIDDEN;
 void _trove_pages_fork_child(void) TROVE_HIDDEN;
 trove_segment_t *_trove_pages_next_segment(trove_segment_t *seg) TROVE_HIDDEN;
 void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) TROVE_HIDDEN;
+size_t _trove_pages_arenas(size_t *in_use) TROVE_HIDDEN;        /* how many; with segments */
 
 /* superblock.c */
 void _trove_sb_init(trove_sb_t *sb, size_t cls) TROVE_HIDDEN;

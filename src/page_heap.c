@@ -145,10 +145,11 @@ static trove_segment_t *cache_take(arena_t *a) {
 static arena_t *arena_lock(trove_arena_ref_t *ref) {
   arena_t *a = &arenas[ref->arena];
   if (ref->arena == ref->home) {          /* (so the shared empty heap's ref is never written) */
-    pthread_mutex_lock(&a->lock);
+    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
     return a;
   }
   bool contended = pthread_mutex_trylock(&a->lock) != 0;
+  if (contended) atomic_fetch_add_explicit(&_trove_lock_waits[TROVE_LOCK_PAGES], 1, memory_order_relaxed);
   ref->contended += contended;
   if (++ref->calls == 128) {
     if (ref->contended > 128 / 4) {
@@ -330,7 +331,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       pthread_mutex_unlock(&a->lock);
       _trove_large_purge(true);
       _trove_pages_purge(true);
-      pthread_mutex_lock(&a->lock);
+      _trove_lock(&a->lock, TROVE_LOCK_PAGES);
       if ((run = find_run(a, need)) != NULL) goto found;
       seg = _trove_segment_new(&a->segments);
     }
@@ -389,7 +390,7 @@ static void insert_free(arena_t *a, trove_segment_t *seg, size_t first, size_t n
 static void purge_finish(arena_t *a, trove_sb_t *list) {
   if (list == NULL) return;
   for (trove_sb_t *r = list; r; r = r->next) _trove_os_purge((void *)run_addr(r), r->span_bytes);
-  pthread_mutex_lock(&a->lock);
+  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   for (trove_sb_t *r = list, *next; r; r = next) {
     next = r->next;
     insert_free(a, seg_of(r), r->page, r->npages, false, r->freed_at);
@@ -436,7 +437,7 @@ static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
   for (size_t i = 0; i < narenas && over_cap(cap / 2); i++) {
     arena_t *a = &arenas[i];
     if (a == first || a->dirty_pages == 0) continue;            /* racy peek: a hint */
-    pthread_mutex_lock(&a->lock);
+    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
     trove_sb_t *more = purge_over_cap(a, cap);
     pthread_mutex_unlock(&a->lock);
     purge_finish(a, more);
@@ -447,7 +448,7 @@ void _trove_pages_free(trove_sb_t *run) {
   trove_segment_t *seg = seg_of(run);
   arena_t *a = arena_of(seg);
   uint64_t now = _trove_os_now_ms();
-  pthread_mutex_lock(&a->lock);
+  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   seg->free_pages += run->npages;
   atomic_fetch_sub_explicit(&used_total, run->npages, memory_order_relaxed);
   run->carved = 0;
@@ -466,7 +467,7 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
   trove_segment_t *seg = seg_of(run);
   arena_t *a = arena_of(seg);
   bool ok = false;
-  pthread_mutex_lock(&a->lock);
+  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   size_t end = run->page + run->npages;
   if (npages <= run->npages) {
     ok = true;
@@ -495,7 +496,7 @@ void _trove_pages_purge(bool all) {
   for (size_t i = 0; i < narenas; i++) {
     arena_t *a = &arenas[i];
     trove_sb_t *list = NULL;
-    pthread_mutex_lock(&a->lock);
+    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
     for (size_t b = 1; b < BINS; b++)
       for (trove_sb_t *r = a->bins[b], *next; r; r = next) {
         next = r->next;
@@ -532,6 +533,13 @@ trove_segment_t *_trove_pages_next_segment(trove_segment_t *seg) {
   for (; i < narenas; i++)
     if (arenas[i].segments) return arenas[i].segments;
   return cache;
+}
+
+size_t _trove_pages_arenas(size_t *in_use) {   /* all arena locks held */
+  size_t n = 0;
+  for (size_t i = 0; i < narenas; i++) n += arenas[i].segments != NULL;
+  *in_use = n;
+  return narenas;
 }
 
 /* All arena locks held. */

@@ -26,6 +26,8 @@ static const char *state_name(const trove_sb_t *sb) {
   return sb->state < 5 ? names[sb->state] : "?";
 }
 
+_Atomic size_t _trove_lock_waits[2];
+
 /* Walk every run of every segment; the page heap lock keeps runs from splitting under us. */
 static void walk_segments(trove_stats_t *st) {
   for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
@@ -64,6 +66,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   _trove_pages_lock_all();
   walk_segments(st);
   _trove_pages_totals(&st->free_page_bytes, &st->dirty_page_bytes);
+  st->arenas = _trove_pages_arenas(&st->arenas_in_use);
   _trove_pages_unlock_all();
   pthread_mutex_lock(&_trove_large_lock);
   st->large_objects = _trove_large_live_count;
@@ -87,6 +90,8 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   st->resident = st->held > clean ? st->held - clean : 0;
   (void)large_cached;
   st->purges = atomic_load(&_trove_os_purge_calls);
+  st->lock_waits_pool = atomic_load(&_trove_lock_waits[TROVE_LOCK_POOL]);
+  st->lock_waits_pages = atomic_load(&_trove_lock_waits[TROVE_LOCK_PAGES]);
   st->purged_bytes = atomic_load(&_trove_os_purged_total);
   st->process_rss = _trove_os_rss();
   raise_peak(&peak_in_use, st->in_use);
@@ -124,6 +129,8 @@ TROVE_API void trove_stats_print(FILE *out) {
           st.heaps_created, st.slow_mallocs, st.remote_frees);
   fprintf(out, "  superblocks released %zu, adopted %zu; purges %zu (%zu KiB)\n",
           st.superblocks_released, st.superblocks_adopted, st.purges, st.purged_bytes >> 10);
+  fprintf(out, "  arenas %zu (%zu in use); locks found taken: pool %zu, page heap %zu\n",
+          st.arenas, st.arenas_in_use, st.lock_waits_pool, st.lock_waits_pages);
   fprintf(out, "  %8s %10s %10s %8s %6s\n", "class", "in use", "capacity", "sblocks", "full%");
   for (size_t c = 1; c < TROVE_STATS_CLASSES && c < TROVE_CLASSES; c++) {
     const trove_class_stats_t *cs = &st.classes[c];

@@ -147,8 +147,36 @@ static void no_false_sharing(void) {
     for (int i = 0; i < FS_N; i++) trove_free(fs_blocks[t][i]);
 }
 
+/* The arena count follows TROVE_ARENAS (set by the stats_arenas test), and the lock counters
+ * count: threads that take pages from one arena at once find its lock taken now and then,
+ * and they never go down. */
+static void *arena_worker(void *arg) {
+  (void)arg;
+  for (int r = 0; r < 200; r++) {
+    void *p[16];
+    for (int i = 0; i < 16; i++) p[i] = trove_malloc(96 * 1024);   /* page runs: arena locks */
+    for (int i = 0; i < 16; i++) trove_free(p[i]);
+  }
+  return NULL;
+}
+
+static void arenas_and_locks(void) {
+  trove_stats_t a, b;
+  trove_stats_get(&a);
+  const char *env = getenv("TROVE_ARENAS");
+  if (env && atoi(env) > 0) CHECK(a.arenas == (size_t)atoi(env));
+  CHECK(a.arenas >= 1 && a.arenas <= 64 && a.arenas_in_use <= a.arenas);
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, arena_worker, NULL) == 0);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  trove_stats_get(&b);
+  CHECK(b.arenas == a.arenas && b.arenas_in_use >= 1 && b.arenas_in_use <= b.arenas);
+  CHECK(b.lock_waits_pool >= a.lock_waits_pool && b.lock_waits_pages >= a.lock_waits_pages);
+}
+
 int main(int argc, char **argv) {
   single_thread_exact();
+  arenas_and_locks();
   no_headers();
   no_false_sharing();
   threads_within_bounds();
