@@ -305,6 +305,29 @@ static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int 
   return NULL;
 }
 
+/* Arena `a` (locked) has no run that fits and the segment cache is empty: before mapping a new
+ * segment, wait for each other arena's lock in turn and take a resident run there. The
+ * trylock pass above skips the arenas that are busy, and on 16 cores, where 16 threads keep
+ * their arenas busy, it skipped too many. `a` is unlocked meanwhile (no thread ever waits for
+ * a second arena lock) and locked again on return. */
+static trove_sb_t *steal_wait(arena_t *a, size_t npages, size_t align_pages, int kind) {
+  size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
+  trove_sb_t *r = NULL;
+  pthread_mutex_unlock(&a->lock);
+  for (size_t k = 1; k < narenas && r == NULL; k++) {
+    arena_t *o = &arenas[(me + k) % narenas];
+    _trove_lock(&o->lock, TROVE_LOCK_PAGES);
+    trove_sb_t *run = find_dirty_run(o, need);
+    if (run) {
+      bin_remove(o, run);
+      r = carve(o, run, npages, align_pages, kind);
+    }
+    pthread_mutex_unlock(&o->lock);
+  }
+  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+  return r;
+}
+
 trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t align_pages,
                               int kind) {
   if (align_pages == 0) align_pages = 1;
@@ -320,10 +343,19 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       return r;
     }
   }
+  bool in_bin = run != NULL;                     /* else a whole new or cached segment */
   trove_segment_t *seg;
   if (run == NULL && (seg = cache_take(a)) != NULL) {
     run = &seg->sb[seg->first_page];              /* its whole free run, in no bin */
-  } else if (run == NULL) {
+  } else if (run == NULL && narenas > 1) {
+    trove_sb_t *r = steal_wait(a, npages, align_pages, kind);
+    if (r) {
+      pthread_mutex_unlock(&a->lock);
+      return r;
+    }
+    in_bin = (run = find_run(a, need)) != NULL;  /* freed here meanwhile */
+  }
+  if (run == NULL) {
     seg = _trove_segment_new(&a->segments);
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
@@ -332,19 +364,18 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       _trove_large_purge(true);
       _trove_pages_purge(true);
       _trove_lock(&a->lock, TROVE_LOCK_PAGES);
-      if ((run = find_run(a, need)) != NULL) goto found;
-      seg = _trove_segment_new(&a->segments);
+      in_bin = (run = find_run(a, need)) != NULL;
+      if (run == NULL && (seg = _trove_segment_new(&a->segments)) == NULL) {
+        pthread_mutex_unlock(&a->lock);
+        return NULL;
+      }
     }
-    if (seg == NULL) {
-      pthread_mutex_unlock(&a->lock);
-      return NULL;
+    if (run == NULL) {
+      seg->arena = (uint32_t)(a - arenas);
+      run = make_free_run(seg, seg->first_page, seg_usable(seg), false, 0);
     }
-    seg->arena = (uint32_t)(a - arenas);
-    run = make_free_run(seg, seg->first_page, seg_usable(seg), false, 0);
-  } else {
-  found:
-    bin_remove(a, run);
   }
+  if (in_bin) bin_remove(a, run);
   trove_sb_t *r = carve(a, run, npages, align_pages, kind);
   pthread_mutex_unlock(&a->lock);
   return r;
