@@ -64,6 +64,7 @@
 #define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
 /* Medium objects (above SMALL_MAX) are page runs; above MEDIUM_MAX they get their own mapping. */
 #define TROVE_MEDIUM_MAX    ((size_t)1024 * 1024)
+#define TROVE_PAGE_BINS     130      /* page heap bins: runs of 1..128 pages, and longer ones */
 #define TROVE_MAX_ALLOC     (((size_t)1 << 46))        /* anything larger fails with ENOMEM */
 
 /* ---------------------------------------------------------------- blocks */
@@ -146,6 +147,10 @@ typedef struct trove_segment_s {
   uint64_t empty_since;                      /* in the empty-segment cache since (ms), 0 if not */
   uint64_t seq;                              /* creation order: the page heap's preference */
   uint32_t arena;                            /* the page heap arena it belongs to */
+  /* page_heap.c's bins: this segment's free runs of each bin's length, by page, and its place
+   * in its arena's list of segments that have such runs */
+  struct trove_sb_s *bin_runs[TROVE_PAGE_BINS];
+  struct trove_segment_s *bin_next[TROVE_PAGE_BINS], *bin_prev[TROVE_PAGE_BINS];
   /* page -> byte offset in sb[] of its run's descriptor (first page * 128 fits 16 bits) */
   uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
   trove_sb_t sb[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));

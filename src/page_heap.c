@@ -23,12 +23,12 @@
 #include "internal.h"
 #include <string.h>
 
-#define BINS 130                      /* bin i < 129: runs of exactly i pages; 129: longer */
+#define BINS TROVE_PAGE_BINS           /* bin i < 129: runs of exactly i pages; 129: longer */
 #define ARENAS_MAX 64
 
 typedef struct arena_s {
   pthread_mutex_t lock;
-  trove_sb_t *bins[BINS];
+  trove_segment_t *bins[BINS];        /* per bin: the segments with such runs, oldest first */
   trove_segment_t *segments;          /* this arena's segments */
   size_t dirty_pages;                 /* pages in free runs marked dirty */
 } __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
@@ -180,20 +180,40 @@ static uintptr_t run_addr(trove_sb_t *run) {
   return (uintptr_t)seg_of(run) + ((uintptr_t)run->page << TROVE_PAGE_SHIFT);
 }
 
-static uint64_t run_order(trove_sb_t *run) { return seg_of(run)->seq << 16 | run->page; }
+/* A bin is two-level: the arena's segments that have runs of its length, in creation order,
+ * and in each segment those runs in page order (segment_t.bin_runs). A free run's insertion
+ * walks the segment's runs of that length (at most 512 / length) and, only when the segment
+ * had none, the bin's segments; with one flat list in that order, a free walked every run of
+ * its length: freeing every other one of 20,000 medium blocks of 72 KiB took 0.32 s (16 us a
+ * free; mimalloc and jemalloc 1-2 ms), and stability's threads on 16 cores held the page heap
+ * lock 5 us a call. */
+#define FOR_BIN(a, b, r)                                                                    \
+  for (trove_segment_t *s_ = (a)->bins[b], *sn_; s_ && ((sn_ = s_->bin_next[b]), 1); s_ = sn_) \
+    for (trove_sb_t *r = s_->bin_runs[b], *rn_; r && ((rn_ = r->next), 1); r = rn_)
 
 static void bin_push(arena_t *a, trove_sb_t *run) {
   size_t b = bin_of(run->npages);
-  uint64_t key = run_order(run);
-  trove_sb_t *prev = NULL, *next = a->bins[b];
-  while (next && run_order(next) < key) {
+  trove_segment_t *seg = seg_of(run);
+  if (seg->bin_runs[b] == NULL) {
+    trove_segment_t *sp = NULL, *sn = a->bins[b];
+    while (sn && sn->seq < seg->seq) {
+      sp = sn;
+      sn = sn->bin_next[b];
+    }
+    seg->bin_prev[b] = sp;
+    seg->bin_next[b] = sn;
+    if (sn) sn->bin_prev[b] = seg;
+    if (sp) sp->bin_next[b] = seg; else a->bins[b] = seg;
+  }
+  trove_sb_t *prev = NULL, *next = seg->bin_runs[b];
+  while (next && next->page < run->page) {
     prev = next;
     next = next->next;
   }
   run->prev = prev;
   run->next = next;
   if (next) next->prev = run;
-  if (prev) prev->next = run; else a->bins[b] = run;
+  if (prev) prev->next = run; else seg->bin_runs[b] = run;
   if (run->dirty) {
     a->dirty_pages += run->npages;
     atomic_fetch_add_explicit(&dirty_total, run->npages, memory_order_relaxed);
@@ -202,8 +222,15 @@ static void bin_push(arena_t *a, trove_sb_t *run) {
 
 static void bin_remove(arena_t *a, trove_sb_t *run) {
   size_t b = bin_of(run->npages);
-  if (run->prev) run->prev->next = run->next; else a->bins[b] = run->next;
+  trove_segment_t *seg = seg_of(run);
+  if (run->prev) run->prev->next = run->next; else seg->bin_runs[b] = run->next;
   if (run->next) run->next->prev = run->prev;
+  if (seg->bin_runs[b] == NULL) {             /* its last run of this length: leave the bin */
+    trove_segment_t *sp = seg->bin_prev[b], *sn = seg->bin_next[b];
+    if (sp) sp->bin_next[b] = sn; else a->bins[b] = sn;
+    if (sn) sn->bin_prev[b] = sp;
+    seg->bin_prev[b] = seg->bin_next[b] = NULL;
+  }
   if (run->dirty) {
     a->dirty_pages -= run->npages;
     atomic_fetch_sub_explicit(&dirty_total, run->npages, memory_order_relaxed);
@@ -233,7 +260,7 @@ static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, b
 
 static trove_sb_t *find_run(arena_t *a, size_t need) {
   for (size_t b = bin_of(need); b < BINS; b++)
-    for (trove_sb_t *r = a->bins[b]; r; r = r->next)
+    FOR_BIN(a, b, r)
       if (r->npages >= need) return r;
   return NULL;
 }
@@ -277,7 +304,7 @@ static trove_sb_t *carve(arena_t *a, trove_sb_t *run, size_t npages, size_t alig
 static trove_sb_t *find_dirty_run(arena_t *a, size_t need) {
   if (a->dirty_pages < need) return NULL;
   for (size_t b = bin_of(need); b < BINS; b++)
-    for (trove_sb_t *r = a->bins[b]; r; r = r->next)
+    FOR_BIN(a, b, r)
       if (r->dirty && r->npages >= need) return r;
   return NULL;
 }
@@ -450,9 +477,9 @@ static bool over_cap(size_t cap) {
 
 static trove_sb_t *purge_over_cap(arena_t *a, size_t cap) {
   trove_sb_t *list = NULL;
-  for (size_t b = BINS; b-- > 1 && a->dirty_pages && over_cap(cap / 2);)
-    for (trove_sb_t *r = a->bins[b], *next; r && over_cap(cap / 2); r = next) {
-      next = r->next;
+  for (size_t b = BINS; b-- > 1 && a->dirty_pages;)
+    FOR_BIN(a, b, r) {
+      if (!over_cap(cap / 2)) return list;
       if (r->dirty) purge_take(a, r, &list);
     }
   return list;
@@ -529,10 +556,8 @@ void _trove_pages_purge(bool all) {
     trove_sb_t *list = NULL;
     _trove_lock(&a->lock, TROVE_LOCK_PAGES);
     for (size_t b = 1; b < BINS; b++)
-      for (trove_sb_t *r = a->bins[b], *next; r; r = next) {
-        next = r->next;
+      FOR_BIN(a, b, r)
         if (r->dirty && (all || now - r->freed_at >= delay)) purge_take(a, r, &list);
-      }
     pthread_mutex_unlock(&a->lock);
     purge_finish(a, list);
   }
@@ -578,7 +603,7 @@ void _trove_pages_totals(size_t *free_bytes, size_t *dirty_bytes) {
   size_t f = 0, d = 0;
   for (size_t i = 0; i < narenas; i++) {
     for (size_t b = 1; b < BINS; b++)
-      for (trove_sb_t *r = arenas[i].bins[b]; r; r = r->next) f += r->npages;
+      FOR_BIN(&arenas[i], b, r) f += r->npages;
     d += arenas[i].dirty_pages;
   }
   for (trove_segment_t *seg = cache; seg; seg = seg->next) {
