@@ -29,7 +29,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_ON_MISUSE] = {"TROVE_ON_MISUSE", OPT_MISUSE, TROVE_MISUSE_ABORT, 0, 1,
                            "abort or warn (and leak the block) on a double/invalid free"},
   [TROVE_OPT_DIRTY_MAX_MB] = {"TROVE_DIRTY_MAX_MB", OPT_INT, 8, 0, 1 << 20,
-                              "free dirty pages beyond this (MiB) or the in-use pages go back at once"},
+                              "free dirty pages beyond this (MiB) or 1.5x the in-use pages go back at once"},
   [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 32, 0, 1 << 20,
                                 "freed large mappings kept resident for reuse (MiB)"},
   [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,

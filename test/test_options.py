@@ -83,7 +83,7 @@ check("unknown name warns", p.returncode == 0 and "unknown option TROVE_PURGE_DE
 p = run("dirty")
 check("DIRTY_MAX_MB=8 caps dirty pages", value(p.stdout, "dirty_kib") <= 8 * 1024)
 p = run("dirty", TROVE_DIRTY_MAX_MB=0, TROVE_BLOWUP_K=0)
-# the cap is DIRTY_MAX_MB or the pages in use, whichever is larger; with K = 0 the thread keeps
+# the cap is DIRTY_MAX_MB or 1.5x the pages in use, whichever is larger; with K = 0 the thread keeps
 # no empty superblock, so the pages in use are a few superblocks (K = 24 keeps 1.5 MiB)
 check("DIRTY_MAX_MB=0 purges at once", value(p.stdout, "dirty_kib") < 1024, p.stdout[:200])
 p = run("dirty", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000)
