@@ -3,13 +3,12 @@
  * Arenas: the page heap is split into arenas (option ARENAS; by default one per CPU the
  * process may run on), each with its own lock, segments and bins; a thread heap takes pages
  * from arena 0 until it finds that lock contended, then from its own, (id - 1) mod N; a run
- * goes back to the arena of its segment. A lock is taken
- * once per superblock (32-64 KiB of small allocations) or per medium object, never on the
- * small-object fast paths. With one lock for all, 16 threads of bench/stability on 16 cores
- * waited 7.5 s in all on it in a 2 s run (5 us held per call: bin walks over other cores'
- * descriptors). The price is locality across arenas: a free run of one arena does not serve
- * another's threads, so each may keep an empty segment and its own dirty runs (the dirty cap
- * stays global).
+ * goes back to the arena of its segment. A lock is taken once per superblock (32-64 KiB of
+ * small allocations) or per medium object, never on the small-object fast paths. With one lock
+ * for all, 16 threads of bench/stability on 16 cores waited 7.5 s in all on it in a 2 s run
+ * (5 us held per call). The price is locality across arenas: an arena's free runs serve its
+ * own threads first, and others only when they have no resident run of their own (steal_run,
+ * steal_wait); empty segments are shared (the cache below) and the dirty cap is global.
  *
  * Bins: one per run length up to 128 pages (1 MiB, the largest medium object), so that a
  * request takes the shortest run that fits (best fit; among equals, the oldest segment's,
@@ -43,9 +42,8 @@ static _Atomic size_t used_total;     /* pages in runs handed out (superblocks, 
 /* Empty segments: an arena whose segment empties hands it here, and an arena that needs a
  * segment takes one from here before mapping a new one, so empty segments serve every arena.
  * At most 1 + N/8 wait (their free run's dirty pages count in dirty_total), each for at most
- * the purge delay; more are unmapped at once. With an empty segment kept in each arena
- * instead, shbench-large at 16 threads on 16 cores had 142 MiB peak RSS against 83 with one
- * arena. Lock order: an arena's lock, then this one. */
+ * the purge delay; more are unmapped at once. (Kept in each arena instead, up to N empty
+ * segments of 4 MiB could wait.) Lock order: an arena's lock, then this one. */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static trove_segment_t *cache;        /* newest first */
 static _Atomic size_t ncached;       /* changed under cache_lock; read without it as a hint */
@@ -312,9 +310,10 @@ static trove_sb_t *find_dirty_run(arena_t *a, size_t need) {
 /* Arena `a` (locked) has no run that fits, or only clean ones (purged or never touched):
  * take a resident one from another arena whose lock is free, rather than fault in pages.
  * The run stays in its segment's arena (its free goes back there); only the allocation
- * crosses over. Without this, the runs a heap freed in arena 0 before it moved to its own
- * arena waited there for the purge: shbench-large at 16 threads on 16 cores, 133-142 MiB
- * peak RSS against 83 with one arena. trylock only: no thread waits for a second lock. */
+ * crosses over: the runs a heap freed in arena 0 before it moved to its own arena, say, would
+ * otherwise wait there for the purge. On 16 cores, shbench-large at 16 threads: 142 MiB peak
+ * RSS without this, 133 stealing only when nothing fits, 125 also when only clean runs fit
+ * (83 with one arena). trylock only: no thread waits for a second lock here. */
 static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int kind,
                              bool dirty_only) {
   size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
