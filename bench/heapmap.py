@@ -78,10 +78,10 @@ def span_category(sp):
         if state in ("dirty", "purged"):
             return state, None
         return "free", None
+    if state in ("pool", "cached"):     # "cached": a medium run in a thread's cache (free)
+        return "pool", full if full is not None else 0.0
     if kind == "medium" or state == "medium":
         return "medium", None
-    if state in ("pool", "cached"):
-        return "pool", full if full is not None else 0.0
     if kind == "small" or state in ("current", "partial", "sparse", "full"):
         if full is None:
             full = 1.0 if state == "full" else 0.5

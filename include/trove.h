@@ -55,6 +55,7 @@ typedef struct trove_stats_s {
   size_t large_bytes;
   size_t medium_objects;     /* objects carved as page runs */
   size_t medium_bytes;
+  size_t medium_cached_bytes; /* freed medium runs kept by threads for reuse (not in use) */
   size_t pool_superblocks;   /* superblocks in the shared pool (abandoned or released) */
   size_t pool_bytes;
   size_t free_page_bytes;    /* free page runs in segments, dirty + purged */

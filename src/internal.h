@@ -64,6 +64,9 @@
 #define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
 /* Medium objects (above SMALL_MAX) are page runs; above MEDIUM_MAX they get their own mapping. */
 #define TROVE_MEDIUM_MAX    ((size_t)1024 * 1024)
+#define TROVE_MCACHE_MIN_PAGES ((TROVE_SMALL_MAX >> TROVE_PAGE_SHIFT) + 1)   /* 9 */
+#define TROVE_MCACHE_MAX_PAGES (TROVE_MEDIUM_MAX >> TROVE_PAGE_SHIFT)         /* 128 */
+#define TROVE_MCACHE_BINS   (TROVE_MCACHE_MAX_PAGES - TROVE_MCACHE_MIN_PAGES + 1)
 #define TROVE_PAGE_BINS     130      /* page heap bins: runs of 1..128 pages, and longer ones */
 #define TROVE_MAX_ALLOC     (((size_t)1 << 46))        /* anything larger fails with ENOMEM */
 
@@ -245,8 +248,14 @@ typedef struct trove_heap_s {
   trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
   uint32_t sparse_pages;                    /* their pages: at most K * TROVE_SB_PAGES */
   uint32_t nempty;                         /* sparse ones with no live block */
-  trove_sb_t *mcache;                      /* medium runs this thread freed, for reuse */
+  /* medium runs this thread freed, for reuse (heap.c): a list per length, and a bitmap of the
+   * lists that are not empty */
+  trove_sb_t *mcache[TROVE_MCACHE_BINS];
+  uint64_t mcache_map[(TROVE_MCACHE_BINS + 63) / 64];
   uint32_t nmcache, mcache_pages;
+  uint64_t mcache_oldest;                  /* no cached run was freed before this (ms) */
+  int64_t medium_net;                      /* medium pages it allocated minus those it freed */
+  uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
@@ -302,6 +311,7 @@ extern trove_heap_t *_trove_heaps_all;
 trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* arena lock held */
 void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
 void _trove_pages_init(void) TROVE_HIDDEN;
+size_t _trove_pages_used(void) TROVE_HIDDEN;   /* pages in runs handed out (relaxed: a hint) */
 void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) TROVE_HIDDEN;
 /* A run from the heap's arena (`ref` NULL: arena 0) */
 trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t align_pages,

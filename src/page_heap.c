@@ -476,6 +476,8 @@ static size_t dirty_cap(void) {
   return cap < used ? used : cap;
 }
 
+size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory_order_relaxed); }
+
 static bool over_cap(size_t cap) {
   return atomic_load_explicit(&dirty_total, memory_order_relaxed) > cap;
 }

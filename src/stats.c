@@ -22,7 +22,7 @@ static const char *state_name(const trove_sb_t *sb) {
   static const char *const names[] = {"current", "partial", "sparse", "full", "pool"};
   if (sb->kind == TROVE_SPAN_FREE) return sb->dirty ? "dirty" : "purged";
   if (sb->kind == TROVE_SPAN_PURGING) return "purged";
-  if (sb->kind == TROVE_SPAN_MEDIUM) return "medium";
+  if (sb->kind == TROVE_SPAN_MEDIUM) return sb->state == TROVE_SB_POOL ? "cached" : "medium";
   return sb->state < 5 ? names[sb->state] : "?";
 }
 
@@ -54,6 +54,8 @@ static void walk_segments(trove_stats_t *st) {
         st->medium_objects++;
         st->medium_bytes += sb->bsize;
         st->in_use += sb->bsize;
+      } else if (sb->kind == TROVE_SPAN_MEDIUM) {      /* in a thread's medium cache */
+        st->medium_cached_bytes += sb->span_bytes;
       }
       pg += n;
     }
@@ -121,6 +123,7 @@ TROVE_API void trove_stats_print(FILE *out) {
   kib(out, "free pages", st.free_page_bytes);
   kib(out, "  of which dirty", st.dirty_page_bytes);
   kib(out, "medium objects", st.medium_bytes);
+  kib(out, "medium thread caches", st.medium_cached_bytes);
   kib(out, "large objects", st.large_bytes);
   kib(out, "shared pool", st.pool_bytes);
   fprintf(out, "  segments %zu, medium %zu, large %zu, pool superblocks %zu\n", st.segments,
@@ -200,7 +203,8 @@ TROVE_API int trove_heap_map_write(const char *path) {
                       sb->kind == TROVE_SPAN_FREE ? 0u : sb->bsize,
                       sb->kind == TROVE_SPAN_SMALL ? sb->capacity : (sb->kind ? 1u : 0u),
                       sb->kind == TROVE_SPAN_SMALL ? (used > 0 ? used : 0)
-                                                   : (sb->kind == TROVE_SPAN_MEDIUM ? 1 : 0),
+                                                   : (sb->kind == TROVE_SPAN_MEDIUM &&
+                                                      sb->state != TROVE_SB_POOL),
                       owner ? owner->id : 0u);
       jw_put(&w, line);
       first = false;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "trove.h"
 
 #define CHECK(c)                                                                     \
@@ -69,6 +70,61 @@ static void single_thread_exact(void) {
   trove_stats_get(&st);
   CHECK(st.dirty_page_bytes == 0);
   CHECK(st.purges > 0 && st.purged_bytes > 0);
+}
+
+/* The thread's medium cache (heap.c): freed runs of 64 KiB-1 MiB stay with the thread and the
+ * same lengths come back from it without new pages; the cache follows the thread's own use
+ * down when it frees everything, and gives back what waited longer than 1/8 of the purge
+ * delay; calloc's blocks from it are zero. */
+static size_t medium_size(int i) { return 64 * 1024 + 1 + (size_t)((i * 7919) % 64) * 1024; }
+
+static void medium_cache(void) {
+  enum { M = 64 };
+  static void *m[M];
+  trove_collect();
+  trove_stats_get(&st);
+  CHECK(st.medium_cached_bytes == 0);
+  size_t held0 = st.held, freed = 0;
+  for (int i = 0; i < M; i++) m[i] = trove_malloc(medium_size(i));
+  for (int i = 0; i < M; i += 2) {
+    freed += (trove_malloc_usable_size(m[i]) + 8191) & ~(size_t)8191;
+    trove_free(m[i]);
+  }
+  trove_stats_get(&st);
+  CHECK(st.medium_objects == M / 2);
+  CHECK(st.medium_cached_bytes == freed);          /* all of it: under 2 MiB + the live half */
+  size_t held1 = st.held;
+  CHECK(held1 >= held0);
+  for (int i = 0; i < M; i += 2) m[i] = trove_malloc(medium_size(i));   /* the same lengths */
+  trove_stats_get(&st);
+  CHECK(st.medium_cached_bytes == 0 && st.medium_objects == M);
+  CHECK(st.held == held1);                          /* nothing new was mapped */
+  for (int i = 0; i < M; i++) trove_free(m[i]);
+  trove_stats_get(&st);
+  CHECK(st.medium_objects == 0);
+  CHECK(st.medium_cached_bytes <= (2u << 20) + (128u << 10));   /* the cap fell to 2 MiB */
+  /* calloc from the cache: a run that held data comes back zeroed */
+  unsigned char *d = trove_malloc(100 * 1024);
+  memset(d, 0xab, 100 * 1024);
+  trove_free(d);
+  unsigned char *z = trove_calloc(1, 100 * 1024);
+  CHECK(z == d);                                   /* it was cached, and taken back */
+  for (size_t i = 0; i < 100 * 1024; i++) CHECK(z[i] == 0);
+  trove_free(z);
+  /* the age limit: 1/8 of the purge delay (250 ms by default) */
+  const char *env = getenv("TROVE_PURGE_DELAY_MS");
+  if (env == NULL) {
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    void *e = trove_malloc(80 * 1024);
+    size_t e_run = (trove_malloc_usable_size(e) + 8191) & ~(size_t)8191;
+    trove_free(e);                                 /* a free looks at the cache's age */
+    trove_stats_get(&st);
+    CHECK(st.medium_cached_bytes == e_run);        /* only the run just freed is left */
+  }
+  trove_collect();
+  trove_stats_get(&st);
+  CHECK(st.medium_cached_bytes == 0);
 }
 
 /* Threads pass blocks to each other; while they run the totals stay within what exists. */
@@ -176,6 +232,7 @@ static void arenas_and_locks(void) {
 
 int main(int argc, char **argv) {
   single_thread_exact();
+  medium_cache();
   arenas_and_locks();
   no_headers();
   no_false_sharing();
