@@ -312,6 +312,13 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
   sb->state = TROVE_SB_SPARSE;
   _trove_sb_set_trigger(sb, 1);            /* next slow free: when it becomes empty */
   sparse_add(h, sb);
+  /* Already empty (a 2-block superblock goes partial at 1 live block, sparse at 0): counted
+   * here, as sb_underflow counts the others. Left uncounted, `nempty` wrapped below zero when
+   * it left the list, and every new superblock of the heap walked the whole sparse list. */
+  if (_trove_sb_used(sb) == 0) {
+    sb->freed_at = h->now_ms;
+    h->nempty++;
+  }
   while (h->sparse_pages > (uint32_t)TROVE_OPT(BLOWUP_K) * TROVE_SB_PAGES)
     sparse_release_emptiest(h);
 }
