@@ -226,7 +226,8 @@ void _trove_size_classes_init(void);
 
 typedef struct trove_class_lists_s {
   trove_sb_t *partial, *full;
-  uint32_t nsparse;                        /* superblocks of this class on the sparse list */
+  trove_sb_t *sparse;                      /* sparse ones of this class with a live block */
+  uint32_t nsparse;                        /* on `sparse` */
 } trove_class_lists_t;
 
 typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
@@ -245,9 +246,12 @@ typedef struct trove_heap_s {
   _Atomic(trove_block_t *) remote[TROVE_REMOTE_LANES] __attribute__((aligned(TROVE_CACHE_LINE)));
   _Atomic(uintptr_t) remote_pending;
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
-  trove_sb_t *sparse;                      /* f-empty owned superblocks, all classes */
-  uint32_t sparse_pages;                    /* their pages: at most K * TROVE_SB_PAGES */
-  uint32_t nempty;                         /* sparse ones with no live block */
+  /* f-empty owned superblocks ("sparse"): those with a live block on their class's list
+   * (lists[c].sparse, and a bit per class in sparse_map), the empty ones of every class here */
+  trove_sb_t *empty;
+  uint64_t sparse_map[(TROVE_CLASSES + 63) / 64];
+  uint32_t sparse_pages;                    /* pages of all sparse ones: at most K * TROVE_SB_PAGES */
+  uint32_t nempty;                         /* on `empty` */
   /* medium runs this thread freed, for reuse (heap.c): a list per length, and a bitmap of the
    * lists that are not empty */
   trove_sb_t *mcache[TROVE_MCACHE_BINS];
