@@ -613,16 +613,20 @@ static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
 
 /* Pages that become dirty when the run [first, first+n) of `seg` is inserted dirty: its own,
  * and those of the purged free runs it merges with (the merged run is dirty as a whole). */
+static bool purged_run(const trove_sb_t *r) {
+  /* `kind` alone first: a neighbour may be a superblock whose owner writes the byte beside it
+   * (its state) without this lock; only a free run's fields are this lock's to read. */
+  return __atomic_load_n(&r->kind, __ATOMIC_RELAXED) == TROVE_SPAN_FREE && !r->dirty;
+}
+
 static size_t dirty_growth(trove_segment_t *seg, size_t first, size_t n) {
   size_t g = n;
   if (first > seg->first_page) {
     trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
-    if (left->kind == TROVE_SPAN_FREE && !left->dirty) g += left->npages;
+    if (purged_run(left)) g += left->npages;
   }
-  if (first + n < TROVE_SEGMENT_PAGES) {
-    trove_sb_t *right = &seg->sb[first + n];
-    if (right->kind == TROVE_SPAN_FREE && !right->dirty) g += right->npages;
-  }
+  if (first + n < TROVE_SEGMENT_PAGES && purged_run(&seg->sb[first + n]))
+    g += seg->sb[first + n].npages;
   return g;
 }
 
