@@ -148,10 +148,14 @@ int main(int argc, char **argv) {
     trove_stats_get(&st);
     printf("purged_first2_kib=%zu\npurged_later_kib=%zu\n", after2 >> 10,
            (st.purged_bytes - after2) >> 10);
-    sleep_ms(5 * (long)atoi(getenv("TROVE_PURGE_DELAY_MS") ? getenv("TROVE_PURGE_DELAY_MS") : "250"));
-    ticks();
-    trove_stats_get(&st);
-    printf("dirty_after_idle_kib=%zu\n", st.dirty_page_bytes >> 10);
+    const char *d = getenv("TROVE_PURGE_DELAY_MS");
+    long delay = d ? atol(d) : 250;
+    if (delay <= 500) {                  /* the idle part: five delays' sleep, then work */
+      sleep_ms(5 * delay);
+      ticks();
+      trove_stats_get(&st);
+      printf("dirty_after_idle_kib=%zu\n", st.dirty_page_bytes >> 10);
+    }
   } else if (strcmp(mode, "largecache") == 0) {
     /* Buffers just over 1 MiB (large objects), 32 live, freed and allocated again in rounds:
      * the cache must serve them all, past its resident budget too, without new mappings. */
