@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
 #include <time.h>
 #include "trove.h"
 
@@ -99,6 +100,12 @@ static void sparse_empty_given_back(void) {
  * same lengths come back from it without new pages; the cache follows the thread's own use
  * down when it frees everything, and gives back what waited longer than 1/8 of the purge
  * delay; calloc's blocks from it are zero. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static size_t medium_size(int i) { return 64 * 1024 + 1 + (size_t)((i * 7919) % 64) * 1024; }
 
 static void medium_cache(void) {
@@ -109,19 +116,26 @@ static void medium_cache(void) {
   CHECK(st.medium_cached_bytes == 0);
   size_t held0 = st.held, freed = 0;
   for (int i = 0; i < M; i++) m[i] = trove_malloc(medium_size(i));
+  double t0 = now_s();
   for (int i = 0; i < M; i += 2) {
     freed += (trove_malloc_usable_size(m[i]) + 8191) & ~(size_t)8191;
     trove_free(m[i]);
   }
   trove_stats_get(&st);
   CHECK(st.medium_objects == M / 2);
-  CHECK(st.medium_cached_bytes == freed);          /* all of it: under 2 MiB + the live half */
+  /* The exact checks assume no run aged out (1/8 of the purge delay, 31 ms by default): a
+   * thread descheduled that long on a loaded machine skips them. */
+  bool in_time = getenv("TROVE_PURGE_DELAY_MS") == NULL && now_s() - t0 < 0.015;
+  if (in_time) CHECK(st.medium_cached_bytes == freed);   /* all: under 2 MiB + the live half */
   size_t held1 = st.held;
   CHECK(held1 >= held0);
   for (int i = 0; i < M; i += 2) m[i] = trove_malloc(medium_size(i));   /* the same lengths */
   trove_stats_get(&st);
-  CHECK(st.medium_cached_bytes == 0 && st.medium_objects == M);
-  CHECK(st.held == held1);                          /* nothing new was mapped */
+  CHECK(st.medium_objects == M);
+  if (in_time && now_s() - t0 < 0.015) {
+    CHECK(st.medium_cached_bytes == 0);
+    CHECK(st.held == held1);                        /* nothing new was mapped */
+  }
   for (int i = 0; i < M; i++) trove_free(m[i]);
   trove_stats_get(&st);
   CHECK(st.medium_objects == 0);
@@ -129,9 +143,11 @@ static void medium_cache(void) {
   /* calloc from the cache: a run that held data comes back zeroed */
   unsigned char *d = trove_malloc(100 * 1024);
   memset(d, 0xab, 100 * 1024);
+  double t1 = now_s();
   trove_free(d);
   unsigned char *z = trove_calloc(1, 100 * 1024);
-  CHECK(z == d);                                   /* it was cached, and taken back */
+  if (getenv("TROVE_PURGE_DELAY_MS") == NULL && now_s() - t1 < 0.015)
+    CHECK(z == d);                                 /* it was cached, and taken back */
   for (size_t i = 0; i < 100 * 1024; i++) CHECK(z[i] == 0);
   trove_free(z);
   /* the age limit: 1/8 of the purge delay (250 ms by default) */
