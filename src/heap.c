@@ -251,7 +251,6 @@ static void sparse_add(trove_heap_t *h, trove_sb_t *sb) {
   h->sparse_pages += sb->npages;
   if (_trove_sb_used(sb) == 0) {
     list_push(&h->empty, sb);
-    h->nempty++;
     sb->freed_at = h->now_ms;
     return;
   }
@@ -272,7 +271,6 @@ static void sparse_remove(trove_heap_t *h, trove_sb_t *sb) {
   h->sparse_pages -= sb->npages;
   if (_trove_sb_used(sb) == 0) {
     list_remove(&h->empty, sb);
-    h->nempty--;
   } else {
     sparse_unlink_live(h, sb);
   }
@@ -281,7 +279,6 @@ static void sparse_remove(trove_heap_t *h, trove_sb_t *sb) {
 static void sparse_now_empty(trove_heap_t *h, trove_sb_t *sb) {
   sparse_unlink_live(h, sb);
   list_push(&h->empty, sb);
-  h->nempty++;
   sb->freed_at = h->now_ms;                /* the clock as of the last tick: close enough */
 }
 
@@ -339,7 +336,7 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
   sb->state = TROVE_SB_SPARSE;
   _trove_sb_set_trigger(sb, 1);            /* next slow free: when it becomes empty */
   sparse_add(h, sb);   /* may be empty already: a 2-block superblock goes partial at 1 live
-                          block, sparse at 0 (once left out of the empty count) */
+                          block, sparse at 0 */
   while (h->sparse_pages > (uint32_t)TROVE_OPT(BLOWUP_K) * TROVE_SB_PAGES)
     sparse_release_emptiest(h);
 }
@@ -480,7 +477,6 @@ static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
   size_t b = mcache_bin(run->npages);
   list_remove(&h->mcache[b], run);
   if (h->mcache[b] == NULL) h->mcache_map[b / 64] &= ~((uint64_t)1 << (b % 64));
-  h->nmcache--;
   h->mcache_pages -= run->npages;
 }
 
@@ -499,10 +495,9 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
       run->state = TROVE_SB_POOL;              /* "not live", for the statistics */
       run->dirty = 1;
       run->freed_at = h->now_ms;
-      if (h->nmcache == 0) h->mcache_oldest = run->freed_at;
+      if (h->mcache_pages == 0) h->mcache_oldest = run->freed_at;
       list_push(&h->mcache[b], run);
       h->mcache_map[b / 64] |= (uint64_t)1 << (b % 64);
-      h->nmcache++;
       h->mcache_pages += run->npages;
       return;
     }
@@ -547,7 +542,7 @@ static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t size, size_t npages
  * only when the oldest run may be due. */
 static void medium_cache_trim(trove_heap_t *h, bool all) {
   uint64_t now = h->now_ms, age = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 8;
-  if (h->nmcache == 0 || (!all && now - h->mcache_oldest < age)) return;
+  if (h->mcache_pages == 0 || (!all && now - h->mcache_oldest < age)) return;
   uint64_t oldest = UINT64_MAX;
   for (size_t b = 0; b < TROVE_MCACHE_BINS; b++)
     for (trove_sb_t *run = h->mcache[b], *next; run; run = next) {
@@ -654,7 +649,7 @@ static void heap_reset(trove_heap_t *h) {
   memset(h->sparse_map, 0, sizeof h->sparse_map);
   memset(h->mcache, 0, sizeof h->mcache);
   memset(h->mcache_map, 0, sizeof h->mcache_map);
-  h->sparse_pages = h->nempty = h->nmcache = h->mcache_pages = 0;
+  h->sparse_pages = h->mcache_pages = 0;
   h->medium_net = 0;
   h->mfree_streak = 0;
 }
@@ -824,7 +819,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
   if (h != &_trove_heap_empty) h->now_ms = now;
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
-  if (h != &_trove_heap_empty && h->nempty && now >= h->sparse_scan_ms) {
+  if (h != &_trove_heap_empty && h->empty && now >= h->sparse_scan_ms) {
     sparse_trim(h, false);                 /* a full walk: at most every quarter delay */
     h->sparse_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 4 + 1;
   }
@@ -914,7 +909,7 @@ static bool sb_refill(trove_sb_t *sb) {
 static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
-  trove_sb_t *run = h && h->nmcache && align_pages == 1 ? medium_cache_take(h, size, npages) : NULL;
+  trove_sb_t *run = h && h->mcache_pages && align_pages == 1 ? medium_cache_take(h, size, npages) : NULL;
   if (h) {
     h->medium_net += (int64_t)npages;
     h->mfree_streak = 0;

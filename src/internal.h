@@ -251,12 +251,11 @@ typedef struct trove_heap_s {
   trove_sb_t *empty;
   uint64_t sparse_map[(TROVE_CLASSES + 63) / 64];
   uint32_t sparse_pages;                    /* pages of all sparse ones: at most K * TROVE_SB_PAGES */
-  uint32_t nempty;                         /* on `empty` */
   /* medium runs this thread freed, for reuse (heap.c): a list per length, and a bitmap of the
    * lists that are not empty */
   trove_sb_t *mcache[TROVE_MCACHE_BINS];
   uint64_t mcache_map[(TROVE_MCACHE_BINS + 63) / 64];
-  uint32_t nmcache, mcache_pages;
+  uint32_t mcache_pages;
   uint64_t mcache_oldest;                  /* no cached run was freed before this (ms) */
   int64_t medium_net;                      /* medium pages it allocated minus those it freed */
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */
