@@ -8,7 +8,7 @@
 void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;
 
 /* ------------------------------------------------------------------ misuse */
-void _trove_free_bad(trove_sb_t *sb, void *p) {
+void _trove_free_bad(void *p, trove_sb_t *sb) {
   const trove_block_t *b = p;
   if (b->tag == _trove_tag(p))
     _trove_misuse("double free", p, "the block is already free");
@@ -39,7 +39,7 @@ static bool lookup_live(const void *p, owner_t *o) {
   if (_trove_segmap_kind(a) == TROVE_MAP_SEGMENT) {
     trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
     if (!_trove_sb_is_block(sb, a) || ((const trove_block_t *)p)->tag == _trove_tag(p)) {
-      _trove_free_bad(sb, (void *)p);
+      _trove_free_bad((void *)p, sb);
       return false;
     }
     o->sb = sb;

@@ -180,6 +180,31 @@ TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
   size_t page = (a & TROVE_SEGMENT_MASK) >> TROVE_PAGE_SHIFT;
   return (trove_sb_t *)((char *)seg->sb + seg->pagemap[page]);
 }
+/* Words other threads may write, read by the fast paths for one compare: `limit` (the owner
+ * carves while other threads free) and `heap` (an adoption or an exit changes the owner). A
+ * relaxed atomic load is all they need, but GCC does not fold an atomic load into the compare
+ * that uses it (one instruction more per free, twice); an aligned word load is one access on
+ * every target trove builds for, and each value is used once, so outside TSan builds they are
+ * plain loads. TSan builds keep the atomic loads they stand for. */
+#if defined(__SANITIZE_THREAD__)
+#define TROVE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TROVE_TSAN 1
+#endif
+#endif
+#ifdef TROVE_TSAN
+TROVE_INLINE uint64_t _trove_peek_u64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+TROVE_INLINE struct trove_heap_s *_trove_sb_owner(const trove_sb_t *sb) {
+  return atomic_load_explicit(&((trove_sb_t *)sb)->heap, memory_order_relaxed);
+}
+#else
+TROVE_INLINE uint64_t _trove_peek_u64(const uint64_t *p) { return *p; }
+TROVE_INLINE struct trove_heap_s *_trove_sb_owner(const trove_sb_t *sb) {
+  return *(struct trove_heap_s *const *)&sb->heap;
+}
+#endif
+
 /* Live blocks of a small superblock, and the trigger that keeps `slack` = used - trigger. */
 TROVE_INLINE int32_t _trove_sb_used(const trove_sb_t *sb) { return sb->slack + sb->trigger; }
 TROVE_INLINE void _trove_sb_set_trigger(trove_sb_t *sb, int32_t t) {
@@ -198,8 +223,7 @@ TROVE_INLINE void _trove_sb_set_trigger(trove_sb_t *sb, int32_t t) {
  * 4 MiB: a page's run starts at or before it in the same segment. */
 TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
   uint64_t off = a - sb->start;
-  /* limit grows while other threads free blocks: a relaxed atomic read (a plain load) */
-  return likely(off * sb->divm < __atomic_load_n(&sb->limit, __ATOMIC_RELAXED));
+  return likely(off * sb->divm < _trove_peek_u64(&sb->limit));
 }
 
 /* ---------------------------------------------------------------- size classes (size_class.c) */
@@ -208,6 +232,8 @@ extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superb
 extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+15)>>4 -> class */
 /* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
 extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
+/* the direct[] slots of a class: lo..hi (lo > hi for the classes above DIRECT_MAX) */
+extern uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
 /* Class of 0 < size <= SMALL_MAX: 16-byte steps to 128, then eighths of each power of two. */
 TROVE_INLINE size_t _trove_size_class(size_t size) {
   if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
@@ -225,9 +251,10 @@ void _trove_size_classes_init(void);
 /* ---------------------------------------------------------------- thread heaps (heap.c) */
 
 typedef struct trove_class_lists_s {
-  trove_sb_t *partial, *full;
+  trove_sb_t *partial, *full;              /* partial: oldest first (heap.c, partial_append) */
   trove_sb_t *sparse;                      /* sparse ones of this class with a live block */
   uint32_t nsparse;                        /* on `sparse` */
+  trove_sb_t *partial_tail;
 } trove_class_lists_t;
 
 typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
@@ -278,9 +305,9 @@ extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first m
 extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */
 extern __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec")));
 
-void *_trove_malloc_generic(trove_heap_t *h, size_t size) TROVE_HIDDEN;
-void _trove_free_slow(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) TROVE_HIDDEN;
-void _trove_free_other(trove_sb_t *sb, trove_block_t *b) TROVE_HIDDEN;
+void *_trove_malloc_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) TROVE_HIDDEN;
+void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;
+void _trove_free_other(trove_block_t *b, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_unmapped(void *p) TROVE_HIDDEN;
 void _trove_heap_thread_done(void *h) TROVE_HIDDEN;
 void _trove_heap_collect(trove_heap_t *h, bool force) TROVE_HIDDEN;
@@ -403,16 +430,17 @@ void _trove_init(void) TROVE_HIDDEN;
 /* malloc: pop the current superblock's free list. Everything else (first call of a thread,
  * an empty list, medium and large sizes) is `slow` (_trove_malloc_generic, or for operator
  * new a function that also handles running out of memory): a constant, so the calls to it
- * are direct tail calls and the fast path saves no register. */
-typedef void *(*trove_slow_alloc_t)(trove_heap_t *h, size_t size);
+ * are direct tail calls and the fast path saves no register. It gets the superblock whose
+ * list ran out (refilled from the owner's frees without another lookup), or the empty one. */
+typedef void *(*trove_slow_alloc_t)(trove_heap_t *h, size_t size, trove_sb_t *sb);
 TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
   if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 15) >> 4];
   else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_class_mid[(size - 1) >> 7]];
-  else return slow(h, size);
+  else return slow(h, size, &_trove_sb_empty);
   trove_block_t *b = sb->free;
-  if (unlikely(b == NULL)) return slow(h, size);
+  if (unlikely(b == NULL)) return slow(h, size, sb);
   sb->free = b->next;
   sb->slack++;
   b->tag = 0;
@@ -422,7 +450,7 @@ TROVE_INLINE void *_trove_malloc_inline(size_t size) {
   return _trove_alloc_inline(size, _trove_malloc_generic);
 }
 
-void _trove_free_bad(trove_sb_t *sb, void *p) TROVE_HIDDEN;
+void _trove_free_bad(void *p, trove_sb_t *sb) TROVE_HIDDEN;
 /* trove_calloc and trove_realloc under names the standard ones reach without the PLT */
 void *_trove_calloc(size_t count, size_t size) TROVE_HIDDEN;
 void *_trove_realloc(void *p, size_t size) TROVE_HIDDEN;
@@ -439,18 +467,18 @@ TROVE_INLINE void _trove_free_inline(void *p) {
   trove_block_t *b = (trove_block_t *)p;
   uintptr_t tag = _trove_tag(p);
   if (unlikely(!_trove_sb_is_block(sb, a) || b->tag == tag)) {
-    _trove_free_bad(sb, p);
+    _trove_free_bad(p, sb);
     return;
   }
   b->tag = tag;
   trove_heap_t *h = _trove_tls_heap;
-  if (likely(atomic_load_explicit(&sb->heap, memory_order_relaxed) == h)) {
+  if (likely(_trove_sb_owner(sb) == h)) {
     b->next = sb->local_free;
     sb->local_free = b;
-    if (unlikely(--sb->slack < 0)) _trove_free_slow(h, sb, b);
+    if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
     return;
   }
-  _trove_free_other(sb, b);
+  _trove_free_other(b, sb);
 }
 
 #pragma GCC visibility pop

@@ -7,6 +7,7 @@ uint32_t _trove_class_size[TROVE_CLASSES];
 uint16_t _trove_class_pages[TROVE_CLASSES];
 uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
 uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
+uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
 
 void _trove_size_classes_init(void) {
   for (size_t c = 1; c <= 8; c++) _trove_class_size[c] = (uint32_t)(16 * c);
@@ -45,4 +46,13 @@ void _trove_size_classes_init(void) {
     _trove_class_mid[i] = (uint8_t)_trove_size_class((i + 1) << 7);
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++)
     _trove_class_direct[i] = (uint8_t)_trove_size_class(i == 0 ? 1 : i * 16);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {        /* lo > hi: no slot */
+    _trove_class_slot_lo[c] = UINT8_MAX;
+    _trove_class_slot_hi[c] = 0;
+  }
+  for (size_t i = TROVE_DIRECT_SLOTS; i-- > 0;) {
+    size_t c = _trove_class_direct[i];
+    _trove_class_slot_lo[c] = (uint8_t)i;
+    if (_trove_class_slot_hi[c] < i) _trove_class_slot_hi[c] = (uint8_t)i;
+  }
 }
