@@ -287,6 +287,7 @@ typedef struct trove_heap_s {
   int64_t medium_net;                      /* medium pages it allocated minus those it freed */
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
+  uint32_t refills;                        /* quick refills left before a slow malloc */
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */

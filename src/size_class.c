@@ -55,4 +55,10 @@ void _trove_size_classes_init(void) {
     _trove_class_slot_lo[c] = (uint8_t)i;
     if (_trove_class_slot_hi[c] < i) _trove_class_slot_hi[c] = (uint8_t)i;
   }
+  /* heap.c's set_current stores at most 4 slots per class; a class table that broke this
+   * would leave direct[] pointing at superblocks that are no longer current. */
+  for (size_t c = 1; c < TROVE_CLASSES; c++)
+    if (_trove_class_slot_lo[c] <= _trove_class_slot_hi[c] &&
+        _trove_class_slot_hi[c] - _trove_class_slot_lo[c] > 3)
+      __builtin_trap();
 }
