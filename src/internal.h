@@ -415,6 +415,7 @@ typedef enum {
 } trove_option_t;
 enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
 extern long _trove_options[TROVE_OPT_COUNT];
+extern bool _trove_options_set[TROVE_OPT_COUNT];       /* given in the environment */
 extern char _trove_heap_map_path[256];
 #define TROVE_OPT(o) (_trove_options[TROVE_OPT_##o])
 void _trove_options_init(void) TROVE_HIDDEN;

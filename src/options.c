@@ -29,7 +29,8 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_ON_MISUSE] = {"TROVE_ON_MISUSE", OPT_MISUSE, TROVE_MISUSE_ABORT, 0, 1,
                            "abort or warn (and leak the block) on a double/invalid free"},
   [TROVE_OPT_DIRTY_MAX_MB] = {"TROVE_DIRTY_MAX_MB", OPT_INT, 8, 0, 1 << 20,
-                              "free dirty pages beyond this (MiB) or 1.5x the in-use pages go back at once"},
+                              "free dirty pages beyond this (MiB) or 1.5x the in-use pages go back at once"
+                              " (unset: 1.25x the recent peak waits for the purge delay too)"},
   [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 32, 0, 1 << 20,
                                 "freed large mappings kept resident for reuse (MiB)"},
   [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,
@@ -37,6 +38,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
 };
 
 long _trove_options[TROVE_OPT_COUNT];
+bool _trove_options_set[TROVE_OPT_COUNT];
 char _trove_heap_map_path[256];
 
 /* ------------------------------------------------------------------ formatting */
@@ -192,6 +194,7 @@ void _trove_options_init(void) {
       continue;
     }
     _trove_options[i] = v;
+    _trove_options_set[i] = true;
   }
   const char *map = _trove_os_getenv("TROVE_HEAP_MAP");
   if (map) {

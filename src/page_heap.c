@@ -38,17 +38,11 @@ static bool arenas_fixed;             /* ARENAS set: each heap uses its own aren
 /* Totals over all arenas, for the dirty cap (relaxed: a cap, not an account). */
 static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
 static _Atomic size_t used_total;     /* pages in runs handed out (superblocks, medium) */
-/* Rounds (see dirty_cap): the most pages in use in this window of the purge delay and in the
- * one before, and when this window began (ms); the over-cap purges of the latest burst of
- * frees (when, how many pages, the pages in use after them); until when the cap covers the
- * recent peak (ms), and whether the pages in use fell below a quarter of it since. All
- * relaxed: hints that decide how much free memory to keep, not accounts. */
+/* The recent peak (see dirty_cap): the most pages in use in this window of the purge delay and
+ * in the one before, and when this window began (ms). Relaxed: hints that decide how much
+ * free memory to keep, not accounts. */
 static _Atomic size_t peak_cur, peak_prev;
 static _Atomic uint64_t window_ms;
-static _Atomic uint64_t purged_ms;
-static _Atomic size_t purged_pages, purged_used;
-static _Atomic uint64_t rounds_until;
-static _Atomic bool rounds_dipped;
 
 /* Empty segments: an arena whose segment empties hands it here, and an arena that needs a
  * segment takes one from here before mapping a new one, so empty segments serve every arena.
@@ -116,19 +110,21 @@ static void cache_put(arena_t *a, trove_segment_t *seg, uint64_t at) {
 }
 
 /* No lock held: unmap the cached segments past the bound. */
-static size_t rounds_peak(size_t used, uint64_t now);
-static void note_purge(size_t pages);
-static void cache_bound(void) {
+static size_t recent_peak(size_t used, uint64_t now);
+/* How many empty segments may wait: 1 + N/8, and enough to cover the recent peak (see
+ * dirty_cap). */
+static size_t cache_keep(void) {
   size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
-  size_t peak = rounds_peak(used, _trove_os_now_ms());
+  size_t peak = recent_peak(used, _trove_os_now_ms());
   size_t keep = 1 + narenas / 8;
   if (peak > used) keep += (peak - used) / (TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
+  return keep;
+}
+
+static void cache_bound(void) {
+  size_t keep = cache_keep();
   if (atomic_load_explicit(&ncached, memory_order_relaxed) <= keep) return;
-  trove_segment_t *segs = cache_trim(keep, 0);
-  size_t pages = 0;
-  for (trove_segment_t *seg = segs; seg; seg = seg->next) pages += seg_usable(seg);
-  cache_release(segs);
-  note_purge(pages);     /* a burst of frees gave these back too (see rounds_on_growth) */
+  cache_release(cache_trim(keep, 0));
 }
 
 /* Arena lock held: the newest cached segment, now the arena's, or NULL. */
@@ -267,24 +263,6 @@ static size_t peak_now(void) {
   return a > b ? a : b;
 }
 
-/* Pages in use grew to `used`. A program that allocates again, soon, what a burst of frees
- * made the cap purge, or that climbs back near its peak after falling below a quarter of it
- * while the cap covers the peak, works in rounds: keep covering it (see dirty_cap). */
-static void rounds_on_growth(size_t used) {
-  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
-  size_t peak = peak_now();
-  uint64_t pm = atomic_load_explicit(&purged_ms, memory_order_relaxed);
-  size_t pp = atomic_load_explicit(&purged_pages, memory_order_relaxed);
-  bool regrown = pm && now - pm <= 2 * delay && pp >= peak / 4 && used >= peak / 2 &&
-                 used >= atomic_load_explicit(&purged_used, memory_order_relaxed) + peak / 4;
-  bool again = now < atomic_load_explicit(&rounds_until, memory_order_relaxed) &&
-               atomic_load_explicit(&rounds_dipped, memory_order_relaxed) && used >= peak / 4 * 3;
-  if (!regrown && !again) return;
-  atomic_store_explicit(&purged_ms, 0, memory_order_relaxed);
-  atomic_store_explicit(&rounds_dipped, false, memory_order_relaxed);
-  atomic_store_explicit(&rounds_until, now + 4 * delay + 1, memory_order_relaxed);
-}
-
 static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, bool dirty,
                                  uint64_t now) {
   trove_sb_t *run = &seg->sb[first];
@@ -330,7 +308,6 @@ static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n) {
   size_t used = atomic_fetch_add_explicit(&used_total, n, memory_order_relaxed) + n;
   if (used > atomic_load_explicit(&peak_cur, memory_order_relaxed))
     atomic_store_explicit(&peak_cur, used, memory_order_relaxed);   /* a hint: races lose little */
-  rounds_on_growth(used);
   return r;
 }
 
@@ -517,53 +494,44 @@ static void purge_finish(arena_t *a, trove_sb_t *list) {
  * of 8 B-1 MiB per thread) purged and faulted back 400 MiB: 52 us per malloc/free pair
  * instead of 4.
  *
- * Rounds: a program that frees all it built and builds it again (a batch job's phases, a
- * compiler pass, a worker that assembles a large response) had every round purged by the cap
- * and faulted back by the next: 10 rounds of 285 MiB of 100 B-4 KiB blocks spent 1.3 s
- * allocating against mimalloc's 0.22 s, and of 64-128 KiB buffers 1.4-1.8 s against 0.19-0.31
- * (most of it clear_page in the kernel, and munmap of segments past the cache's bound). So
- * once the program shows it works in rounds (after a burst of frees that the cap purged, at
- * least a quarter of the recent peak, it allocates half the peak again within two purge
- * delays; or it climbs back to three quarters of the peak after falling below a quarter), the
- * cap and the segment cache cover 1.25 times the recent peak for the next four purge delays,
- * renewed by each round: now 0.28 s for either. The first burst still goes back at once, so
- * a program that frees a burst and sleeps keeps nothing; one that works in rounds and then
- * sleeps keeps its last round until it calls the allocator again (then the purge delay
- * applies). Cost: bench/blowup-pc at 4 threads (producers and consumers, whose live data
- * rises and falls) peak RSS +7% (20.2 -> 21.6 MiB). */
-/* The recent peak of pages in use while the program works in rounds, else 0. */
-static size_t rounds_peak(size_t used, uint64_t now) {
+ * The recent peak: a program that frees all it built and builds it again (a batch job's
+ * phases, a compiler pass, a worker that assembles a large response) had every phase purged
+ * by the cap and faulted back by the next: 10 phases of 285 MiB of 100 B-4 KiB blocks spent
+ * 1.3 s allocating against mimalloc's 0.22 s, and of 64-128 KiB buffers 1.4-1.8 s against
+ * 0.19-0.31 (most of it clear_page in the kernel, and munmap of segments past the cache's
+ * bound). So the cap and the segment cache also cover 1.25 times the most pages in use in the
+ * last one or two purge delays: a burst of frees waits for the purge delay like any free run
+ * (or for the cap, if the program then builds something else larger), and a phase that
+ * follows within it reuses the pages. A program that frees a burst and sleeps keeps it until
+ * its next call into the allocator after the delay (as with mimalloc or jemalloc without
+ * background threads). Before, this held only once the program had shown it worked in rounds
+ * (it allocated the purged burst again): the first burst went back at once and was faulted
+ * in again, a full extra pass (bench/phases: 140k page faults in 10 phases, 74k now, as
+ * mimalloc; t1 0.31 -> 0.21 s; blowup-pc, stability, larson, holes, sizesweep, mtmalloctest,
+ * shbench-large, reallocgrow and xmalloc peak RSS within 1.5%). Hoard's bound still holds
+ * over the purge delay; within it the free pages are at most 1.25 times the recent peak.
+ * TROVE_DIRTY_MAX_MB, when set, is a strict cap: no recent peak (0 gives back every burst). */
+static size_t recent_peak(size_t used, uint64_t now) {
+  if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) return 0;   /* a cap the operator chose */
   uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   uint64_t w = atomic_load_explicit(&window_ms, memory_order_relaxed);
   if (now - w >= delay && atomic_compare_exchange_strong(&window_ms, &w, now)) {
-    atomic_store_explicit(&peak_prev, atomic_load(&peak_cur), memory_order_relaxed);
+    /* after two windows or more with no call here, the last peak is not recent either */
+    size_t last = now - w >= 2 * delay ? used : atomic_load(&peak_cur);
+    atomic_store_explicit(&peak_prev, last, memory_order_relaxed);
     atomic_store_explicit(&peak_cur, used, memory_order_relaxed);
   }
-  if (now >= atomic_load_explicit(&rounds_until, memory_order_relaxed)) return 0;
-  size_t peak = peak_now();
-  if (used < peak / 4) atomic_store_explicit(&rounds_dipped, true, memory_order_relaxed);
-  return peak;
+  return peak_now();
 }
 
 static size_t dirty_cap(void) {
   size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
   size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
-  size_t peak = rounds_peak(used, _trove_os_now_ms());
+  size_t peak = recent_peak(used, _trove_os_now_ms());
   used += used / 2;
   peak += peak / 4;
   if (used < peak) used = peak;
   return cap < used ? used : cap;
-}
-
-/* A burst of frees had the cap purge `pages` (see rounds_on_growth). */
-static void note_purge(size_t pages) {
-  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
-  uint64_t pm = atomic_load_explicit(&purged_ms, memory_order_relaxed);
-  if (pm == 0 || now - pm > delay) atomic_store_explicit(&purged_pages, 0, memory_order_relaxed);
-  atomic_fetch_add_explicit(&purged_pages, pages, memory_order_relaxed);
-  atomic_store_explicit(&purged_used, atomic_load_explicit(&used_total, memory_order_relaxed),
-                        memory_order_relaxed);
-  atomic_store_explicit(&purged_ms, now ? now : 1, memory_order_relaxed);
 }
 
 size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory_order_relaxed); }
@@ -584,31 +552,19 @@ static trove_sb_t *purge_over_cap(arena_t *a, size_t cap) {
 
 /* Over the cap: the arena that passed it purges first, then the others in turn (one arena
  * lock at a time) while the total stays over. */
-static size_t list_pages(const trove_sb_t *list) {
-  size_t n = 0;
-  for (; list; list = list->next) n += list->npages;
-  return n;
-}
-
 static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
-  size_t pages = list_pages(list);
   purge_finish(first, list);
   size_t cap = dirty_cap();
-  if (over_cap(cap / 3 * 2) && atomic_load_explicit(&ncached, memory_order_relaxed)) {
-    trove_segment_t *segs = cache_trim(0, 0);
-    for (trove_segment_t *seg = segs; seg; seg = seg->next) pages += seg_usable(seg);
-    cache_release(segs);
-  }
+  if (over_cap(cap / 3 * 2) && atomic_load_explicit(&ncached, memory_order_relaxed))
+    cache_release(cache_trim(0, 0));
   for (size_t i = 0; i < narenas && over_cap(cap / 3 * 2); i++) {
     arena_t *a = &arenas[i];
     if (a == first || a->dirty_pages == 0) continue;            /* racy peek: a hint */
     _trove_lock(&a->lock, TROVE_LOCK_PAGES);
     trove_sb_t *more = purge_over_cap(a, cap);
     pthread_mutex_unlock(&a->lock);
-    pages += list_pages(more);
     purge_finish(a, more);
   }
-  note_purge(pages);
 }
 
 /* Pages that become dirty when the run [first, first+n) of `seg` is inserted dirty: its own,
@@ -658,7 +614,6 @@ void _trove_pages_free(trove_sb_t *run) {
   bool over = over_cap(cap);
   trove_sb_t *purge = over ? purge_over_cap(a, cap) : NULL;
   pthread_mutex_unlock(&a->lock);
-  if (self) note_purge(run->npages);
   if (over) purge_arenas_over_cap(a, purge);
   cache_bound();
 }
@@ -692,7 +647,11 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
  * segments that stayed empty that long. */
 void _trove_pages_purge(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
-  cache_release(cache_trim(all ? 0 : 1 + narenas / 8, all || now < delay ? 0 : now - delay + 1));
+  /* The recent peak's bound here too: with 1 + N/8, a timed purge that fell between two phases
+   * unmapped every segment the last one had emptied, and the next faulted them all in again
+   * (bench/phases: 49k more page faults in 4 phases of 256 MiB). Segments empty longer than
+   * the delay go whatever the bound. */
+  cache_release(cache_trim(all ? 0 : cache_keep(), all || now < delay ? 0 : now - delay + 1));
   for (size_t i = 0; i < narenas; i++) {
     arena_t *a = &arenas[i];
     trove_sb_t *list = NULL;

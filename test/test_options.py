@@ -80,7 +80,11 @@ check("unknown name warns", p.returncode == 0 and "unknown option TROVE_PURGE_DE
       p.stderr)
 
 # --- each option applied
-p = run("dirty")
+# unset, the cap also covers 1.25x the recent peak: a burst waits for the purge delay
+p = run("dirty", TROVE_PURGE_DELAY_MS=3600000)
+check("DIRTY_MAX_MB unset: a burst of frees waits (recent peak)",
+      value(p.stdout, "dirty_kib") >= 16 * 1024, p.stdout[:200])
+p = run("dirty", TROVE_DIRTY_MAX_MB=8)
 check("DIRTY_MAX_MB=8 caps dirty pages", value(p.stdout, "dirty_kib") <= 8 * 1024)
 p = run("dirty", TROVE_DIRTY_MAX_MB=0, TROVE_BLOWUP_K=0)
 # the cap is DIRTY_MAX_MB or 1.5x the pages in use, whichever is larger; with K = 0 the thread keeps
@@ -91,10 +95,13 @@ check("DIRTY_MAX_MB=1024 keeps them", value(p.stdout, "dirty_kib") >= 16 * 1024)
 # a long delay for the reuse (phases must follow each other within two delays, even on a loaded
 # machine), a short one for the return after idling (the probe sleeps five delays)
 p = run("phases", TROVE_PURGE_DELAY_MS=1500)
-check("a program in phases: the first burst goes back at once",
-      value(p.stdout, "purged_first2_kib") >= 16 * 1024, p.stdout[:300])
+check("a program in phases: the first burst waits for the next phase (nothing purged)",
+      value(p.stdout, "purged_first2_kib") < 4 * 1024, p.stdout[:300])
 check("a program in phases: later phases reuse the pages (nothing purged)",
       value(p.stdout, "purged_later_kib") < 4 * 1024, p.stdout[:300])
+p = run("phases", TROVE_PURGE_DELAY_MS=1500, TROVE_DIRTY_MAX_MB=8)
+check("a program in phases, DIRTY_MAX_MB=8 set: every burst goes back at once",
+      value(p.stdout, "purged_later_kib") >= 6 * 16 * 1024, p.stdout[:300])
 p = run("phases", TROVE_PURGE_DELAY_MS=100)
 check("a program in phases: after the window, running on gives the pages back",
       value(p.stdout, "dirty_after_idle_kib") <= 8 * 1024, p.stdout[:300])

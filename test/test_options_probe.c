@@ -130,10 +130,10 @@ int main(int argc, char **argv) {
     printf("purged_kib=%zu\npeak_held_kib=%zu\n", st.purged_bytes >> 10, st.peak_held >> 10);
   } else if (strcmp(mode, "phases") == 0) {
     /* One thread in phases: 32 MiB of small blocks allocated, then all freed, 8 times (a
-     * batch job, a compiler pass, a request that builds a large structure). The first free
-     * goes back at once (the cap); once the next phase has taken it again, the cap covers the
-     * peak and later phases reuse the pages instead of purging and faulting them in. Then
-     * the program idles past the rounds' window and runs on: the pages go back. */
+     * batch job, a compiler pass, a request that builds a large structure). The cap covers
+     * the recent peak, so each phase reuses the pages the last one freed instead of purging
+     * and faulting them in (unless TROVE_DIRTY_MAX_MB is set: then every burst goes back).
+     * Then the program idles past the purge delay and runs on: the pages go back. */
     enum { N = 32 * 1024 };
     static void *p[N];
     size_t after2 = 0;
