@@ -62,7 +62,8 @@ typedef struct trove_stats_s {
   size_t dirty_page_bytes;   /* free page runs not yet given back to the OS */
   size_t remote_frees;       /* frees by a thread other than the owner, collected so far */
   size_t purges;             /* madvise/munmap calls that returned memory */
-  size_t purged_bytes;
+  size_t purged_bytes;       /* bytes in those calls (a free run purged, merged with a freed
+                                neighbour and purged again is counted again) */
   size_t slow_mallocs;       /* malloc calls that left the fast path */
   size_t superblocks_released; /* superblocks moved to the pool by the blowup rule */
   size_t superblocks_adopted;  /* superblocks taken from the pool */

@@ -387,7 +387,7 @@ extern pthread_mutex_t _trove_large_lock;
 void *_trove_os_map(size_t size) TROVE_HIDDEN;                   /* NULL on failure */
 void *_trove_os_map_aligned(size_t size, size_t align) TROVE_HIDDEN;
 void _trove_os_unmap(void *p, size_t size) TROVE_HIDDEN;
-void _trove_os_release(void *p, size_t size) TROVE_HIDDEN;       /* unmap, counted as a purge */
+void _trove_os_release(void *p, size_t size, size_t resident) TROVE_HIDDEN;  /* unmap: a purge */
 bool _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents (then 0) */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;

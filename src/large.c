@@ -51,9 +51,10 @@ static void large_register(trove_large_t *l) {
                                                                           : TROVE_MAP_LARGE);
 }
 
-static void large_unmap(trove_large_t *l) {
+/* `resident`: what the mapping still holds (its header page alone once purged). */
+static void large_unmap(trove_large_t *l, size_t resident) {
   _trove_segmap_set_large(l->user, TROVE_MAP_NONE);
-  _trove_os_release((void *)l->base, l->map_size);
+  _trove_os_release((void *)l->base, l->map_size, resident);
 }
 
 /* Best fit, so that a round of requests of mixed sizes gets back the mappings it freed. */
@@ -142,7 +143,7 @@ void _trove_large_free(trove_large_t *l) {
       pthread_mutex_lock(&_trove_large_lock);
       if (cache_count >= TROVE_LARGE_CACHE_MAX) {
         pthread_mutex_unlock(&_trove_large_lock);
-        large_unmap(l);
+        large_unmap(l, l->resident ? l->resident : _trove_os_page_size());
         return;
       }
     } else {
@@ -157,7 +158,7 @@ void _trove_large_free(trove_large_t *l) {
     return;
   }
   pthread_mutex_unlock(&_trove_large_lock);
-  large_unmap(l);
+  large_unmap(l, l->map_size);
 }
 
 void _trove_large_purge(bool all) {
@@ -178,7 +179,7 @@ void _trove_large_purge(bool all) {
   pthread_mutex_unlock(&_trove_large_lock);
   while (drop) {
     trove_large_t *next = drop->next;
-    large_unmap(drop);
+    large_unmap(drop, drop->resident ? drop->resident : _trove_os_page_size());
     drop = next;
   }
 }

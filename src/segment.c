@@ -33,10 +33,12 @@ trove_segment_t *_trove_segment_new(trove_segment_t **list) {
   return seg;
 }
 
-/* The caller has taken the segment off its list. */
+/* The caller has taken the segment off its list; its usable pages are one free run. */
 void _trove_segment_free(trove_segment_t *seg) {
+  size_t header = (size_t)seg->first_page << TROVE_PAGE_SHIFT;
+  size_t resident = header + (seg->sb[seg->first_page].dirty ? TROVE_SEGMENT_SIZE - header : 0);
   segmap_set((uintptr_t)seg, TROVE_MAP_NONE);
-  _trove_os_release(seg, TROVE_SEGMENT_SIZE);
+  _trove_os_release(seg, TROVE_SEGMENT_SIZE, resident);
 }
 
 /* large.c registers its mappings here too, so that one table answers "is this ours?". */
