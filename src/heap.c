@@ -77,11 +77,12 @@ static void list_remove(trove_sb_t **head, trove_sb_t *sb) {
  * while it waits, so the oldest has the most free blocks, and a malloc that takes it up runs
  * longer before it needs another. Taking the newest (a stack) yielded little more than the
  * 1/8: fastpath-workset, one in eight of whose blocks are 1 KiB (some 40 superblocks of 32
- * blocks, nearly full), changed superblocks 19.8k times in 810k mallocs, against 17.3k with the queue
- * (0.9 instructions per malloc/free pair). Hoard takes the fullest first, to let the others
- * drain; here peak RSS moved both ways: larson, shbench, mtmalloctest and threadtest by under
- * 1%, sizesweep, reallocgrow and xmalloc by -11% to +6% depending on the run's length
- * (sizesweep at 1 thread: 35.2 -> 34.3 MiB at --scale 0.7, 35.3 -> 37.4 at full length). */
+ * blocks, nearly full), changed superblocks 19.8k times in 810k mallocs, 17.3k with the
+ * queue (0.9 instructions per malloc/free pair). Hoard takes the fullest first, to let the
+ * others drain; here peak RSS moved both ways: larson, shbench, mtmalloctest and threadtest
+ * by under 1%, sizesweep, reallocgrow and xmalloc by -11% to +6% depending on the run's
+ * length (sizesweep at 1 thread: 35.2 -> 34.3 MiB at --scale 0.7, 35.3 -> 37.4 at full
+ * length). */
 static void partial_append(trove_class_lists_t *l, trove_sb_t *sb) {
   sb->next = NULL;
   sb->prev = l->partial_tail;
