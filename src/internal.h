@@ -194,7 +194,9 @@ TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
 #endif
 #endif
 #ifdef TROVE_TSAN
-TROVE_INLINE uint64_t _trove_peek_u64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+TROVE_INLINE uint64_t _trove_peek_u64(const uint64_t *p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
 TROVE_INLINE struct trove_heap_s *_trove_sb_owner(const trove_sb_t *sb) {
   return atomic_load_explicit(&((trove_sb_t *)sb)->heap, memory_order_relaxed);
 }
