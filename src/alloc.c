@@ -88,36 +88,29 @@ TROVE_API size_t trove_malloc_usable_size(const void *p) {
   return o.sb ? o.sb->bsize : o.large->usable;
 }
 
+/* Move to a new block; the old one stays valid if there is none, as C requires. */
 static void *realloc_move(void *p, size_t old_usable, size_t size) {
   void *q = _trove_malloc_inline(size);
-  if (q == NULL) return NULL;              /* the old block stays valid, as C requires */
+  if (q == NULL) return NULL;
   memcpy(q, p, old_usable < size ? old_usable : size);
   _trove_free_inline(p);
   return q;
 }
 
-static TROVE_NOINLINE void *realloc_slow(void *p, size_t size) {
-  if (p == NULL) return _trove_malloc_inline(size);
+/* A block of a superblock or a medium run that _trove_realloc validated, and that does not
+ * fit `size` as it is: grow a medium run in place, else move (the old block is freed without
+ * validating it again). */
+static TROVE_NOINLINE void *realloc_block(void *p, trove_sb_t *sb, size_t size) {
+  size_t usable = sb->bsize;
   if (size == 0) {                         /* glibc: frees and returns NULL */
-    _trove_free_inline(p);
+    _trove_free_valid(p, sb);
     return NULL;
   }
-  owner_t o;
-  if (!lookup_live(p, &o)) return NULL;
-  if (o.large) {
-    if (size > TROVE_MEDIUM_MAX) {
-      void *q = _trove_large_realloc(o.large, size);
-      if (q) return q;
-    }
-    return realloc_move(p, o.large->usable, size);
-  }
-  size_t usable = o.sb->bsize;
-  if (size <= usable && size >= usable / 2) return p;   /* fits, and not too roomy */
-  if (o.sb->kind == TROVE_SPAN_MEDIUM && size > usable && size <= TROVE_MEDIUM_MAX) {
+  if (sb->kind == TROVE_SPAN_MEDIUM && size > usable && size <= TROVE_MEDIUM_MAX) {
     size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
-    if (_trove_pages_grow(o.sb, npages)) {               /* the next run was free: grow in place */
-      _trove_sb_set_run(o.sb, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
-      o.sb->requested = size;
+    if (_trove_pages_grow(sb, npages)) {   /* the next run was free: grow in place */
+      _trove_sb_set_run(sb, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
+      sb->requested = size;
       return p;
     }
   }
@@ -127,20 +120,43 @@ static TROVE_NOINLINE void *realloc_slow(void *p, size_t size) {
    * for. reallocgrow: -17% time, +6% peak RSS (its buffers are all grown so). */
   if (size > usable && size < usable + usable / 8 && usable + usable / 8 <= TROVE_SMALL_MAX)
     size = usable + usable / 8;
-  return realloc_move(p, usable, size);
+  void *q = _trove_malloc_inline(size);
+  if (q == NULL) return NULL;              /* the old block stays valid, as C requires */
+  memcpy(q, p, usable < size ? usable : size);
+  _trove_free_valid(p, sb);
+  return q;
+}
+
+/* Everything _trove_realloc does not validate itself: NULL, large blocks, bad pointers. */
+static TROVE_NOINLINE void *realloc_slow(void *p, size_t size) {
+  if (p == NULL) return _trove_malloc_inline(size);
+  owner_t o;
+  if (!lookup_live(p, &o)) return NULL;
+  if (o.sb) return realloc_block(p, o.sb, size);   /* not reached: _trove_realloc takes these */
+  if (size == 0) {
+    _trove_free_inline(p);
+    return NULL;
+  }
+  if (size > TROVE_MEDIUM_MAX) {
+    void *q = _trove_large_realloc(o.large, size);
+    if (q) return q;
+  }
+  return realloc_move(p, o.large->usable, size);
 }
 
 /* The common case first, in a function that saves no register: a small block that still fits
- * (most appends to a string builder). It validates as free() does; anything else, a bad
- * pointer included, takes realloc_slow, which validates again and reports. */
+ * (most appends to a string builder). It validates as free() does; a valid block that does not
+ * fit takes realloc_block; anything else, a bad pointer included, realloc_slow, which
+ * validates again and reports. */
 void *_trove_realloc(void *p, size_t size) {
   uintptr_t a = (uintptr_t)p;
   if (likely(_trove_segmap_kind(a) == TROVE_MAP_SEGMENT)) {   /* NULL is not */
     trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
-    size_t usable = sb->bsize;
-    if (likely(_trove_sb_is_block(sb, a) && ((const trove_block_t *)p)->tag != _trove_tag(p) &&
-               size <= usable && size >= usable / 2))    /* so size != 0: usable >= 16 */
-      return p;
+    if (likely(_trove_sb_is_block(sb, a) && ((const trove_block_t *)p)->tag != _trove_tag(p))) {
+      size_t usable = sb->bsize;
+      if (likely(size <= usable && size >= usable / 2)) return p;  /* so size != 0: usable >= 16 */
+      return realloc_block(p, sb, size);
+    }
   }
   return realloc_slow(p, size);
 }

@@ -459,8 +459,22 @@ void _trove_free_bad(void *p, trove_sb_t *sb) TROVE_HIDDEN;
 void *_trove_calloc(size_t count, size_t size) TROVE_HIDDEN;
 void *_trove_realloc(void *p, size_t size) TROVE_HIDDEN;
 
-/* free: validate (ours, a block start, not already free), tag the block as free, then push it
- * on the owner's local list; a block of another heap's superblock takes _trove_free_other. */
+/* The second half of free, for a block already validated (ours, a block start, not free): tag
+ * it as free, then push it on the owner's local list; a block of another heap's superblock
+ * (or a medium run) takes _trove_free_other. realloc calls it directly after a move. */
+TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
+  b->tag = _trove_tag(b);
+  trove_heap_t *h = _trove_tls_heap;
+  if (likely(_trove_sb_owner(sb) == h)) {
+    b->next = sb->local_free;
+    sb->local_free = b;
+    if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
+    return;
+  }
+  _trove_free_other(b, sb);
+}
+
+/* free: validate (ours, a block start, not already free), then _trove_free_valid. */
 TROVE_INLINE void _trove_free_inline(void *p) {
   uintptr_t a = (uintptr_t)p;
   if (unlikely(_trove_segmap_kind(a) != TROVE_MAP_SEGMENT)) {
@@ -474,15 +488,7 @@ TROVE_INLINE void _trove_free_inline(void *p) {
     _trove_free_bad(p, sb);
     return;
   }
-  b->tag = tag;
-  trove_heap_t *h = _trove_tls_heap;
-  if (likely(_trove_sb_owner(sb) == h)) {
-    b->next = sb->local_free;
-    sb->local_free = b;
-    if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
-    return;
-  }
-  _trove_free_other(b, sb);
+  _trove_free_valid(b, sb);
 }
 
 #pragma GCC visibility pop
