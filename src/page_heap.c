@@ -28,6 +28,7 @@
 typedef struct arena_s {
   pthread_mutex_t lock;
   trove_segment_t *bins[BINS];        /* per bin: the segments with such runs, oldest first */
+  uint64_t nonempty[(BINS + 63) / 64]; /* bit b: bins[b] != NULL */
   trove_segment_t *segments;          /* this arena's segments */
   size_t dirty_pages;                 /* pages in free runs marked dirty */
 } __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
@@ -217,7 +218,11 @@ static void bin_push(arena_t *a, trove_sb_t *run) {
     seg->bin_prev[b] = sp;
     seg->bin_next[b] = sn;
     if (sn) sn->bin_prev[b] = seg;
-    if (sp) sp->bin_next[b] = seg; else a->bins[b] = seg;
+    if (sp) sp->bin_next[b] = seg;
+    else {
+      a->bins[b] = seg;
+      a->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
+    }
   }
   trove_sb_t *prev = NULL, *next = seg->bin_runs[b];
   while (next && next->page < run->page) {
@@ -241,7 +246,8 @@ static void bin_remove(arena_t *a, trove_sb_t *run) {
   if (run->next) run->next->prev = run->prev;
   if (seg->bin_runs[b] == NULL) {             /* its last run of this length: leave the bin */
     trove_segment_t *sp = seg->bin_prev[b], *sn = seg->bin_next[b];
-    if (sp) sp->bin_next[b] = sn; else a->bins[b] = sn;
+    if (sp) sp->bin_next[b] = sn;
+    else if ((a->bins[b] = sn) == NULL) a->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
     if (sn) sn->bin_prev[b] = sp;
     seg->bin_prev[b] = seg->bin_next[b] = NULL;
   }
@@ -274,12 +280,30 @@ static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, b
   run->dirty = dirty;
   run->freed_at = now;
   run->start = (uintptr_t)seg + (first << TROVE_PAGE_SHIFT);
-  map_pages(seg, first, n);
+  /* Only the ends: insert_free finds the run before through its last page; nothing else looks
+   * a free run up by an inner page but a bad free, and that finds a descriptor at or before
+   * its page (every map entry points back), which rejects it: a free run's or an absorbed
+   * head's (limit 0), or that of a run that ended before the page (the offset is past its
+   * carved blocks, see _trove_sb_is_block). Mapping every page cost phases 890 instructions
+   * per page run taken: each split of a long free run rewrote its whole remainder. */
+  seg->pagemap[first] = seg->pagemap[first + n - 1] = (uint16_t)(first * sizeof(trove_sb_t));
   return run;
 }
 
+/* The first non-empty bin from `b` on, or BINS. (Walking the bins one by one, a page run taken
+ * from a long free run, as after a phase that freed everything, passed ~120 empty bins:
+ * bench/phases spent 450 instructions a superblock there.) */
+static size_t next_bin(const arena_t *a, size_t b) {
+  for (size_t w = b / 64; w < sizeof a->nonempty / sizeof a->nonempty[0]; w++) {
+    uint64_t m = a->nonempty[w];
+    if (w == b / 64) m &= ~(uint64_t)0 << (b % 64);
+    if (m) return w * 64 + (size_t)__builtin_ctzll(m);
+  }
+  return BINS;
+}
+
 static trove_sb_t *find_run(arena_t *a, size_t need) {
-  for (size_t b = bin_of(need); b < BINS; b++)
+  for (size_t b = next_bin(a, bin_of(need)); b < BINS; b = next_bin(a, b + 1))
     FOR_BIN(a, b, r)
       if (r->npages >= need) return r;
   return NULL;
@@ -325,7 +349,7 @@ static trove_sb_t *carve(arena_t *a, trove_sb_t *run, size_t npages, size_t alig
 
 static trove_sb_t *find_dirty_run(arena_t *a, size_t need) {
   if (a->dirty_pages < need) return NULL;
-  for (size_t b = bin_of(need); b < BINS; b++)
+  for (size_t b = next_bin(a, bin_of(need)); b < BINS; b = next_bin(a, b + 1))
     FOR_BIN(a, b, r)
       if (r->dirty && r->npages >= need) return r;
   return NULL;
