@@ -1,13 +1,13 @@
 /* Large objects (above 1 MiB): each in its own mapping, aligned to 4 MiB so that the segment
- * map finds its header from the pointer. Freed mappings are cached for reuse by a request of
- * about the same size and unmapped after the purge delay: up to 64 of them, of which at most
- * LARGE_CACHE_MB stay resident; past that a freed mapping is purged (madvise) as it enters
- * the cache, which keeps RSS as low as unmapping it would, and reusing it costs the page
- * faults but not the mmap and two munmaps (4 MiB alignment) of a fresh one. 32 buffers of
- * 1-1.1 MiB allocated and freed in 200 rounds took 0.10 s with 8 cached mappings (first fit)
- * and 0.003 s with this (as mimalloc and jemalloc). realloc grows in place with mremap where the
- * address space allows, else moves the pages with mremap into a fresh aligned range: no
- * copying either way. */
+ * map finds its header from the pointer. Freed mappings are cached for reuse and unmapped
+ * after the purge delay: up to 64 of them, of which at most LARGE_CACHE_MB stay resident;
+ * past that a freed mapping is purged (madvise) as it enters the cache, which keeps RSS as low
+ * as unmapping it would, and reusing it costs the page faults but not the mmap and two
+ * munmaps (4 MiB alignment) of a fresh one. A request takes the cached mapping nearest its
+ * size (see cache_take) and resizes it with mremap: a tail of 1 MiB and a quarter is given
+ * back, a growth is made in place or by moving the pages. 32 buffers of 1-1.1 MiB allocated
+ * and freed in 200 rounds took 0.10 s with 8 cached mappings (first fit) and 0.003 s with a
+ * cache (as mimalloc and jemalloc). realloc resizes the same way: no copying. */
 #include "internal.h"
 #include <string.h>
 
@@ -21,6 +21,7 @@ size_t _trove_large_live_count, _trove_large_live_bytes;
 void _trove_segmap_set_large(uintptr_t region, uint8_t kind) TROVE_HIDDEN;
 
 static size_t round_os(size_t n) { return (n + 4095) & ~(size_t)4095; }
+static trove_large_t *resize_mapping(trove_large_t *l, size_t map_size);
 
 static void list_push(trove_large_t **head, trove_large_t *l) {
   l->prev = NULL;
@@ -57,14 +58,29 @@ static void large_unmap(trove_large_t *l, size_t resident) {
   _trove_os_release((void *)l->base, l->map_size, resident);
 }
 
-/* Best fit, so that a round of requests of mixed sizes gets back the mappings it freed. */
+/* The cached mapping that costs `size` the fewest page faults, then the fewest pages held
+ * beyond it: one that fits, else one at least half of it, which resize_mapping grows (its
+ * pages stay; only the growth faults in). A smaller one is left for smaller requests, and the
+ * cache keeps a spread of lengths. 8 live buffers of 1-8 MiB, replaced 3,000 times: taking
+ * only mappings within a quarter above the size, every request got a fresh mapping, 3.85 s
+ * (2.58M page faults; glibc 0.65 s, mimalloc 0.06 s); taking the nearest, whatever its
+ * length, kept the cache at one mapping that every request resized, 1.38 s; from three
+ * quarters of the size up 0.93 s, from two thirds 0.70 s, from a half 0.53 s (0.33M faults,
+ * peak RSS 79 MiB instead of 91; glibc 76, mimalloc 98). */
 static trove_large_t *cache_take(size_t size) {
   trove_large_t *best = NULL;
+  size_t best_cost = SIZE_MAX;
   for (trove_large_t *l = cache; l; l = l->next) {
+    if (l->user - l->base != TROVE_LARGE_HEADER) continue;
     size_t cap = l->map_size - TROVE_LARGE_HEADER;
-    if (l->user - l->base == TROVE_LARGE_HEADER && cap >= size && cap - size <= size / 4 &&
-        (best == NULL || l->map_size < best->map_size))
+    size_t grow = cap < size ? size - cap : 0;
+    if (grow > size / 2) continue;           /* less than half the request */
+    size_t fault = l->resident ? grow : size;
+    size_t cost = fault * 4 + (cap > size ? cap - size : 0);
+    if (cost < best_cost) {
       best = l;
+      best_cost = cost;
+    }
   }
   if (best) {
     list_remove(&cache, best);
@@ -81,9 +97,24 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   pthread_mutex_lock(&_trove_large_lock);
   trove_large_t *l = off == TROVE_LARGE_HEADER ? cache_take(size) : NULL;
   pthread_mutex_unlock(&_trove_large_lock);
-  if (l && zero) {   /* a purged mapping reads 0 but for the header's page */
-    size_t head = _trove_os_page_size() - TROVE_LARGE_HEADER;
-    memset((void *)l->user, 0, l->resident || size < head ? size : head);
+  if (l) {
+    size_t old_cap = l->map_size - TROVE_LARGE_HEADER, want = round_os(off + size);
+    bool dirty = l->resident != 0;
+    /* Too small, or too roomy (by a quarter and 1 MiB): resize to the request. */
+    size_t slack = want / 4 > ((size_t)1 << 20) ? want / 4 : (size_t)1 << 20;
+    if (want > l->map_size || l->map_size - want >= slack) {
+      trove_large_t *m = resize_mapping(l, want);
+      if (m == NULL) {
+        large_unmap(l, dirty ? l->map_size : _trove_os_page_size());
+        l = NULL;
+      } else {
+        l = m;
+      }
+    }
+    if (l && zero) {   /* a purged mapping reads 0 but for the header's page, so do new pages */
+      size_t head = _trove_os_page_size() - TROVE_LARGE_HEADER, old = old_cap < size ? old_cap : size;
+      memset((void *)l->user, 0, dirty || old < head ? old : head);
+    }
   }
   if (l == NULL) {
     size_t map_size = round_os(off + size);
@@ -184,48 +215,61 @@ void _trove_large_purge(bool all) {
   }
 }
 
-/* Returns the (possibly moved) pointer, or NULL if the caller must allocate and copy. */
-void *_trove_large_realloc(trove_large_t *l, size_t size) {
-  size_t off = l->user - l->base;
-  if (off != TROVE_LARGE_HEADER || size > TROVE_MAX_ALLOC) return NULL;
-  size_t map_size = round_os(off + size);
-  pthread_mutex_lock(&_trove_large_lock);
+/* Resize mapping `l` (header at its base) to `map_size`: a tail of 1 MiB or more is unmapped,
+ * a growth is made in place where the address space allows, else the pages move by mremap to
+ * a fresh 4 MiB-aligned range. No byte is copied. Returns the mapping (perhaps moved), or NULL
+ * (`l` unchanged). The caller holds the lock or has the mapping to itself. */
+static trove_large_t *resize_mapping(trove_large_t *l, size_t map_size) {
   if (map_size <= l->map_size) {
     if (l->map_size - map_size >= ((size_t)1 << 20)) {   /* shrink: give the tail back */
       _trove_os_unmap((void *)(l->base + map_size), l->map_size - map_size);
       l->map_size = map_size;
     }
-  } else if (_trove_os_grow_in_place((void *)l->base, l->map_size, map_size)) {
-    l->map_size = map_size;
-  } else {
-    /* Move the pages: reserve an aligned range, then mremap the mapping over it. */
-    void *target = _trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
-    if (target == NULL) goto fail;
-    /* Unregister first: once mremap returns, another thread may map the old range. */
-    _trove_segmap_set_large(l->user, TROVE_MAP_NONE);
-    void *moved = _trove_os_remap((void *)l->base, l->map_size, map_size, target);
-    if (moved == NULL) {
-      large_register(l);
-      _trove_os_unmap(target, map_size);
-      goto fail;
-    }
-    l = (trove_large_t *)moved;
-    if (l->prev) l->prev->next = l; else live = l;
-    if (l->next) l->next->prev = l;
-    l->base = (uintptr_t)moved;
-    l->user = l->base + off;
-    l->map_size = map_size;
-    large_register(l);
+    return l;
   }
-  _trove_large_live_bytes -= l->usable;
-  l->usable = l->base + l->map_size - l->user;
-  _trove_large_live_bytes += l->usable;
-  l->requested = size;
+  if (_trove_os_grow_in_place((void *)l->base, l->map_size, map_size)) {
+    l->map_size = map_size;
+    return l;
+  }
+  size_t off = l->user - l->base;        /* read before the move: `l` is in the mapping */
+  void *target = _trove_os_map_aligned(map_size, TROVE_SEGMENT_SIZE);
+  if (target == NULL) return NULL;
+  /* Unregister first: once mremap returns, another thread may map the old range. */
+  _trove_segmap_set_large(l->user, TROVE_MAP_NONE);
+  void *moved = _trove_os_remap((void *)l->base, l->map_size, map_size, target);
+  if (moved == NULL) {
+    large_register(l);
+    _trove_os_unmap(target, map_size);
+    return NULL;
+  }
+  l = (trove_large_t *)moved;
+  l->base = (uintptr_t)moved;
+  l->user = l->base + off;
+  l->map_size = map_size;
+  large_register(l);
+  return l;
+}
+
+/* Returns the (possibly moved) pointer, or NULL if the caller must allocate and copy. */
+void *_trove_large_realloc(trove_large_t *l, size_t size) {
+  size_t off = l->user - l->base;
+  if (off != TROVE_LARGE_HEADER || size > TROVE_MAX_ALLOC) return NULL;
+  pthread_mutex_lock(&_trove_large_lock);
+  trove_large_t *m = resize_mapping(l, round_os(off + size));
+  if (m == NULL) {
+    pthread_mutex_unlock(&_trove_large_lock);
+    return NULL;
+  }
+  if (m != l) {                              /* moved: relink it in the live list */
+    if (m->prev) m->prev->next = m; else live = m;
+    if (m->next) m->next->prev = m;
+  }
+  _trove_large_live_bytes -= m->usable;
+  m->usable = m->base + m->map_size - m->user;
+  _trove_large_live_bytes += m->usable;
+  m->requested = size;
   pthread_mutex_unlock(&_trove_large_lock);
-  return (void *)l->user;
-fail:
-  pthread_mutex_unlock(&_trove_large_lock);
-  return NULL;
+  return (void *)m->user;
 }
 
 /* stats.c and the heap map walk the live list under the lock. */

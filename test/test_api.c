@@ -471,6 +471,41 @@ static void test_edges(void) {
   printf("ok malloc(0), free(NULL), malloc(SIZE_MAX)\n");
 }
 
+/* Large buffers of changing sizes: a freed mapping is taken by a request of another size and
+ * resized (its tail given back, grown in place, or its pages moved). Every live buffer keeps its
+ * contents, calloc reads zeros also where a reused mapping was dirty or grew, and the usable
+ * size covers the request. */
+static void test_large_reuse(void) {
+  enum { LIVE = 6, ROUNDS = 240 };
+  unsigned char *b[LIVE] = {0};
+  size_t n[LIVE] = {0};
+  uint64_t r = 0x2545f4914f6cdd1du;
+  for (int round = 0; round < ROUNDS; round++) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    int k = (int)(r % LIVE);
+    size_t size = TH_MIB + 1 + (size_t)((r >> 8) % (8 * TH_MIB));
+    if (b[k]) {
+      for (size_t i = 0; i < n[k]; i += 4093)   /* every page's sample, and the last byte */
+        CHECKF(b[k][i] == pat(i + (size_t)k), "large buffer of %zu lost contents at %zu", n[k], i);
+      CHECK(b[k][n[k] - 1] == pat(n[k] - 1 + (size_t)k));
+      T_FREE(b[k]);
+    }
+    int zero = round & 1;
+    b[k] = (unsigned char *)(zero ? T_CALLOC(1, size) : T_MALLOC(size));
+    CHECKF(b[k] != NULL, "%s(%zu) returned NULL", zero ? "calloc" : "malloc", size);
+    CHECK((uintptr_t)b[k] % 16 == 0);
+    CHECKF(T_USABLE_SIZE(b[k]) >= size, "usable size %zu < %zu", T_USABLE_SIZE(b[k]), size);
+    if (zero)
+      for (size_t i = 0; i < size; i += 509)
+        CHECKF(b[k][i] == 0, "calloc(%zu) of a reused mapping: byte %zu is %u", size, i, b[k][i]);
+    n[k] = size;
+    for (size_t i = 0; i < size; i += 4093) b[k][i] = pat(i + (size_t)k);
+    b[k][size - 1] = pat(size - 1 + (size_t)k);
+  }
+  for (int k = 0; k < LIVE; k++) T_FREE(b[k]);
+  printf("ok large buffers of changing sizes (reused mappings resized)\n");
+}
+
 static void test_trim(void) {
   int r = T_MALLOC_TRIM(0);
   CHECK(r == 0 || r == 1);
@@ -517,6 +552,7 @@ int main(void) {
   test_reallocarray();
   test_aligned();
   test_valloc();
+  test_large_reuse();
   test_trim();
   printf("test_api (%s): all checks passed\n", T_MODE);
   return 0;
