@@ -31,8 +31,8 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_DIRTY_MAX_MB] = {"TROVE_DIRTY_MAX_MB", OPT_INT, 8, 0, 1 << 20,
                               "free dirty pages beyond this (MiB) or 1.5x the in-use pages go back at once"
                               " (unset: 1.25x the recent peak waits for the purge delay too)"},
-  [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 32, 0, 1 << 20,
-                                "freed large mappings kept resident for reuse (MiB)"},
+  [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 64, 0, 1 << 20,
+                                "freed large mappings kept resident for reuse (MiB; or a quarter of the live large bytes)"},
   [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,
                         "page heap arenas (0: one per CPU, threads spread when they contend)"},
 };
