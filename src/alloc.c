@@ -184,7 +184,7 @@ static void *alloc_aligned(size_t align, size_t size) {
   size_t rounded = (size + align - 1) & ~(align - 1);
   if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
     size_t cls = _trove_size_class(rounded);
-    while (cls < TROVE_CLASSES && _trove_class_size[cls] % align) cls++;
+    while (cls < TROVE_CLASSES && (_trove_class_size[cls] & (align - 1))) cls++;  /* align: 2^k */
     if (cls < TROVE_CLASSES) return _trove_malloc_inline(_trove_class_size[cls]);
   }
   _trove_init();
