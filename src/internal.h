@@ -72,10 +72,15 @@
 
 /* ---------------------------------------------------------------- blocks */
 /* A free small block. `tag` is written on free and cleared by malloc, so a block whose tag
- * equals its address xor the process key is free: a second free of it is a double free. */
+ * equals its address xor the process key is free: a second free of it is a double free.
+ * The tag is the first word: free loads it soon after the program's last stores to the
+ * block, and a program's first word is most often one 8-byte store (a pointer, a length),
+ * from which the load is forwarded; at +8 it overlapped the last byte of 9-16 B blocks and
+ * waited for those stores to reach the cache (fastpath ping-pong: 0.160 -> 0.129 s,
+ * tcmalloc 0.134). */
 typedef struct trove_block_s {
-  struct trove_block_s *next;
   uintptr_t tag;
+  struct trove_block_s *next;
 } trove_block_t;
 
 extern uintptr_t _trove_key;                           /* random per process, set at init */
