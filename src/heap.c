@@ -411,9 +411,20 @@ void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) {
 }
 
 static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
-  b->next = sb->local_free;
-  sb->local_free = b;
+  b->next = sb->free;
+  sb->free = b;
   if (--sb->slack < 0) sb_underflow(h, sb);
+}
+
+/* Every TROVE_BEAT-th local free (see _trove_free_valid): what the slow paths do on their
+ * ticks, for a thread whose mallocs and frees all stay on the fast paths (a loop that takes
+ * and frees one block never runs out of free blocks). `sb`, freed into just now, is not idle
+ * whatever its marks say: such a loop leaves the same head on its free list at every scan. */
+void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) {
+  h->beat = TROVE_BEAT;
+  sb->idle_mark = 0;
+  drain_remote(h);
+  _trove_heap_maybe_purge(h);
 }
 
 /* ------------------------------------------------------------------ remote frees */
@@ -669,6 +680,7 @@ static inline void drain_remote(trove_heap_t *h) {
 
 /* ------------------------------------------------------------------ heap life cycle */
 static void heap_reset(trove_heap_t *h) {
+  h->beat = TROVE_BEAT;
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = &_trove_sb_empty;
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   memset(h->lists, 0, sizeof h->lists);

@@ -115,7 +115,7 @@ typedef struct trove_arena_ref_s {   /* page_heap.c: which arena a heap takes pa
 typedef struct trove_sb_s {
   /* hot: malloc/free fast paths */
   trove_block_t *free;         /* blocks malloc pops */
-  trove_block_t *local_free;   /* blocks the owner freed; become `free` when it runs out */
+  trove_block_t *local_free;   /* blocks collected from thread_free; become `free` when it runs out */
   uintptr_t start;             /* address of block 0 */
   uint32_t carved;             /* bytes of the run handed to blocks so far (0 for a free run) */
   uint32_t bsize;              /* block size; for a medium object its usable size */
@@ -269,6 +269,7 @@ typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
 } trove_heap_counters_t;
 
 typedef struct trove_heap_s {
+  uint32_t beat;                           /* local frees until the next _trove_heap_beat */
   trove_sb_t *direct[TROVE_DIRECT_SLOTS];  /* size (<=1 KiB) -> current superblock */
   trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
   /* blocks freed by other threads, pushed lock-free, taken whole by the owner. A freeing
@@ -465,15 +466,21 @@ void *_trove_calloc(size_t count, size_t size) TROVE_HIDDEN;
 void *_trove_realloc(void *p, size_t size) TROVE_HIDDEN;
 
 /* The second half of free, for a block already validated (ours, a block start, not free): tag
- * it as free, then push it on the owner's local list; a block of another heap's superblock
- * (or a medium run) takes _trove_free_other. realloc calls it directly after a move. */
+ * it as free, then push it on its superblock's free list, where the owner's next malloc of
+ * the class takes it first while it is still in cache; a block of another heap's superblock
+ * (or a medium run) takes _trove_free_other. realloc calls it directly after a move.
+ * Since a thread that mallocs and frees in turn may then never run out of free blocks, every
+ * TROVE_BEAT-th local free runs what its slow paths would (_trove_heap_beat). */
+#define TROVE_BEAT 4096
+void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
 TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
   b->tag = _trove_tag(b);
   trove_heap_t *h = _trove_tls_heap;
   if (likely(_trove_sb_owner(sb) == h)) {
-    b->next = sb->local_free;
-    sb->local_free = b;
+    b->next = sb->free;
+    sb->free = b;
     if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
+    else if (unlikely(--h->beat == 0)) _trove_heap_beat(h, sb);
     return;
   }
   _trove_free_other(b, sb);

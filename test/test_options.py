@@ -105,6 +105,11 @@ check("a program in phases, DIRTY_MAX_MB=8 set: every burst goes back at once",
 p = run("phases", TROVE_PURGE_DELAY_MS=100)
 check("a program in phases: after the window, running on gives the pages back",
       value(p.stdout, "dirty_after_idle_kib") <= 8 * 1024, p.stdout[:300])
+p = run("pingpong", TROVE_PURGE_DELAY_MS=100)
+check("a burst, then a malloc/free loop on the fast paths only: the pages go back",
+      value(p.stdout, "dirty_after_burst_kib") >= 16 * 1024 and
+      value(p.stdout, "slow_mallocs_in_loop") == 0 and
+      value(p.stdout, "dirty_after_loop_kib") <= 8 * 1024, p.stdout[:300])
 slow = value(run("delay", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=3600000).stdout,
              "dirty_kib")
 fast = value(run("delay", TROVE_DIRTY_MAX_MB=1024, TROVE_PURGE_DELAY_MS=0).stdout, "dirty_kib")

@@ -174,6 +174,30 @@ int main(int argc, char **argv) {
       trove_stats_get(&st);
       printf("dirty_after_idle_kib=%zu\n", st.dirty_page_bytes >> 10);
     }
+  } else if (strcmp(mode, "pingpong") == 0) {
+    /* A burst of 32 MiB freed, then, past the purge delay, a loop that mallocs and frees one
+     * small block: every call stays on the fast paths (the block goes back on the free list
+     * the next malloc takes it from), so the timed work must come from the local frees'
+     * heartbeat (_trove_heap_beat), or the burst's pages would stay for good. */
+    enum { N = 32 * 1024 };
+    static void *p[N];
+    trove_free(trove_malloc(48));       /* the loop's class has its superblock before the sleep */
+    for (int i = 0; i < N; i++) p[i] = trove_malloc(1000);
+    for (int i = 0; i < N; i++) trove_free(p[i]);
+    trove_stats_get(&st);
+    printf("dirty_after_burst_kib=%zu\n", st.dirty_page_bytes >> 10);
+    const char *d = getenv("TROVE_PURGE_DELAY_MS");
+    sleep_ms(5 * (d ? atol(d) : 250));
+    trove_stats_get(&st);
+    size_t slow0 = st.slow_mallocs;
+    for (long i = 0; i < 2000000; i++) {
+      void *q = trove_malloc(48);
+      *(volatile char *)q = 1;
+      trove_free(q);
+    }
+    trove_stats_get(&st);
+    printf("slow_mallocs_in_loop=%zu\ndirty_after_loop_kib=%zu\n", st.slow_mallocs - slow0,
+           st.dirty_page_bytes >> 10);
   } else if (strcmp(mode, "largecache") == 0) {
     /* Buffers just over 1 MiB (large objects), 32 live, freed and allocated again in rounds:
      * the cache must serve them all, past its resident budget too, without new mappings. */
