@@ -331,7 +331,9 @@ static void sparse_trim(trove_heap_t *h, bool all) {
  * fast paths: a scan (at most every half delay, on the heap's slow path) marks an empty
  * current superblock with its two list heads, and releases it when a scan at least the delay
  * later finds it still empty with the same heads (a malloc pops `free`, a free pushes onto
- * `local_free`). A false match only costs the next malloc of that class a slow path. */
+ * it). A false match only costs the next malloc of that class a slow path; a loop that takes
+ * and frees one block leaves the same head at every scan, so the heartbeat that runs the scan
+ * from such a loop's free clears that superblock's mark (_trove_heap_beat). */
 static void cur_trim(trove_heap_t *h, uint64_t now, bool all) {
   uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
@@ -1023,8 +1025,9 @@ enomem:
   return NULL;
 }
 
-/* The common refill first, in a function that saves no register: the owner's own frees become
- * the free list of `sb`, the current superblock malloc found empty (&_trove_sb_empty, which
+/* The common refill first, in a function that saves no register: the blocks collected from
+ * other threads' frees (`local_free`, say after an adoption) become the free list of `sb`,
+ * the current superblock malloc found empty (&_trove_sb_empty, which
  * never has a free block, above SMALL_MAX and before the thread's first malloc). When blocks
  * other threads freed are waiting, the full slow path runs instead and drains them, so they
  * are reused before more of a superblock is carved; every 32nd time it runs anyway, so timed
