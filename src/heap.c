@@ -980,6 +980,7 @@ void *_trove_malloc_medium(size_t size, size_t align, bool zero) {
   if (p && zero) {
     trove_sb_t *run = _trove_sb_of(_trove_segment_of((uintptr_t)p), (uintptr_t)p);
     if (run->dirty) memset(p, 0, run->bsize);
+    else _trove_os_touch(p, size);
   }
   return p;
 }

@@ -64,6 +64,7 @@
 #define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
 /* Medium objects (above SMALL_MAX) are page runs; above MEDIUM_MAX they get their own mapping. */
 #define TROVE_MEDIUM_MAX    ((size_t)1024 * 1024)
+#define TROVE_CALLOC_TOUCH_MAX ((size_t)4 << 20)         /* calloc faults pages in by writing */
 #define TROVE_MCACHE_MIN_PAGES ((TROVE_SMALL_MAX >> TROVE_PAGE_SHIFT) + 1)   /* 9 */
 #define TROVE_MCACHE_MAX_PAGES (TROVE_MEDIUM_MAX >> TROVE_PAGE_SHIFT)         /* 128 */
 #define TROVE_MCACHE_BINS   (TROVE_MCACHE_MAX_PAGES - TROVE_MCACHE_MIN_PAGES + 1)
@@ -397,6 +398,7 @@ void *_trove_os_map_aligned(size_t size, size_t align) TROVE_HIDDEN;
 void _trove_os_unmap(void *p, size_t size) TROVE_HIDDEN;
 void _trove_os_release(void *p, size_t size, size_t resident) TROVE_HIDDEN;  /* unmap: a purge */
 bool _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents (then 0) */
+void _trove_os_touch(void *p, size_t size) TROVE_HIDDEN;         /* write-fault zero pages */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;
 uint64_t _trove_os_now_ms(void) TROVE_HIDDEN;

@@ -148,6 +148,9 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   }
   l->usable = l->base + l->map_size - l->user;
   l->requested = size;
+  /* calloc: fault the pages in by writing (see _trove_os_touch); above TROVE_CALLOC_TOUCH_MAX
+   * they stay untouched, for a big table the program fills sparsely. */
+  if (zero && size <= TROVE_CALLOC_TOUCH_MAX) _trove_os_touch((void *)l->user, size);
   pthread_mutex_lock(&_trove_large_lock);
   list_push(&live, l);
   _trove_large_live_count++;

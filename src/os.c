@@ -88,6 +88,17 @@ bool _trove_os_purge(void *p, size_t size) {
   return ok;
 }
 
+/* Fault in, writable, the pages of a zeroed block that are untouched or purged. calloc's
+ * caller often reads before it writes (a table checked for empty slots); a read of such a page
+ * maps the shared zero page, and the write after it must replace that mapping, which in a
+ * multithreaded process flushes the TLB of every CPU the process runs on (an IPI to each).
+ * A write first takes one fault and no flush. The pages read 0 already: storing 0 into each
+ * changes nothing the caller can see. */
+void _trove_os_touch(void *p, size_t size) {
+  volatile char *c = (volatile char *)p;
+  for (size_t off = 0; off < size; off += 4096) c[off] = 0;
+}
+
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) {
   int saved = errno;
   void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
