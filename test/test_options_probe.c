@@ -220,6 +220,29 @@ int main(int argc, char **argv) {
     for (size_t i = 0; z && i < (1u << 20) + 31 * 4096; i++) bad += ((unsigned char *)z)[i] != 0;
     printf("calloc_nonzero=%zu\n", z ? bad : (size_t)-1);
     trove_free(z);
+  } else if (strcmp(mode, "largetail") == 0) {
+    /* 8 buffers of 16 MiB freed, then 8 of 1.5 MiB that reuse their mappings: a reused
+     * mapping keeps its tail only while the tails of live buffers fit the resident budget. */
+    enum { N = 8 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+      b[i] = trove_malloc((size_t)16 << 20);
+      if (b[i] == NULL) return 1;
+      memset(b[i], 1, (size_t)16 << 20);
+    }
+    for (int i = 0; i < N; i++) trove_free(b[i]);
+    size_t small = (size_t)3 << 19, bad = 0;
+    for (int i = 0; i < N; i++) {
+      b[i] = trove_malloc(small);
+      if (b[i] == NULL) return 1;
+      memset(b[i], 2, small);
+    }
+    trove_stats_get(&st);
+    for (int i = 0; i < N; i++)
+      for (size_t k = 0; k < small; k += 4096) bad += ((unsigned char *)b[i])[k] != 2;
+    printf("large_live_kib=%zu\nlarge_requested_kib=%zu\nlarge_bad=%zu\n",
+           st.large_bytes >> 10, (N * small) >> 10, bad);
+    for (int i = 0; i < N; i++) trove_free(b[i]);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
