@@ -178,7 +178,7 @@ static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 /* Blocks of a class are aligned to the largest power of two dividing the class size (runs
  * start on 8 KiB pages), so small aligned requests just pick such a class. */
 static void *alloc_aligned(size_t align, size_t size) {
-  if (align <= 16 && (size & 15) == 0) return _trove_malloc_inline(size);
+  if (align <= 16) return _trove_malloc_inline(size);   /* every block is 16-byte aligned */
   if (size == 0) size = 1;
   if (size > TROVE_MAX_ALLOC || align > TROVE_MAX_ALLOC) goto enomem;
   size_t rounded = (size + align - 1) & ~(align - 1);
