@@ -129,9 +129,8 @@ static TROVE_NOINLINE void *realloc_block(void *p, trove_sb_t *sb, size_t size) 
   return q;
 }
 
-/* Everything _trove_realloc does not validate itself: NULL, large blocks, bad pointers. */
+/* Everything _trove_realloc does not validate itself: large blocks, bad pointers. */
 static TROVE_NOINLINE void *realloc_slow(void *p, size_t size) {
-  if (p == NULL) return _trove_malloc_inline(size);
   owner_t o;
   if (!lookup_live(p, &o)) return NULL;
   if (o.sb) return realloc_block(p, o.sb, size);   /* not reached: _trove_realloc takes these */
@@ -152,7 +151,8 @@ static TROVE_NOINLINE void *realloc_slow(void *p, size_t size) {
  * validates again and reports. */
 void *_trove_realloc(void *p, size_t size) {
   uintptr_t a = (uintptr_t)p;
-  if (likely(_trove_segmap_kind(a) == TROVE_MAP_SEGMENT)) {   /* NULL is not */
+  if (a == 0) return _trove_malloc_inline(size);   /* Lua and others allocate through realloc */
+  if (likely(_trove_segmap_kind(a) == TROVE_MAP_SEGMENT)) {
     trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
     if (likely(_trove_sb_is_block(sb, a) && ((const trove_block_t *)p)->tag != _trove_tag(p))) {
       size_t usable = sb->bsize;
