@@ -126,6 +126,9 @@ check("emptied pool superblocks go back without waiting for a sweep",
 check("BLOWUP_K=4096 never releases", value(run("blowup", TROVE_BLOWUP_K=4096).stdout,
                                             "released") == 0)
 check("BLOWUP_K=0 releases", value(run("blowup", TROVE_BLOWUP_K=0).stdout, "released") > 0)
+# the pool is for other threads to adopt from: with no other thread, nothing goes there
+check("a thread alone releases nothing to the pool",
+      value(run("blowup-alone", TROVE_BLOWUP_K=0).stdout, "released") == 0)
 check("BLOWUP_F=0.99 releases less than 0.01",
       value(run("blowup", TROVE_BLOWUP_K=0, TROVE_BLOWUP_F="0.99").stdout, "released") <
       value(run("blowup", TROVE_BLOWUP_K=0, TROVE_BLOWUP_F="0.01").stdout, "released"))

@@ -2,6 +2,7 @@
  * figures the test compares, then the statistics (which list the options in force). Linked
  * with libtrove_noov; options come from the environment as in any trove process. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,22 @@ static void *round_worker(void *arg) {
   return NULL;
 }
 
+/* A second thread with a heap, blocked until told to exit: superblocks released to the
+ * shared pool are for other threads to adopt, so trove releases them only while one runs. */
+static pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t other_cv = PTHREAD_COND_INITIALIZER;
+static int other_state;                      /* 1: it has its heap; 2: it may exit */
+static void *other_thread(void *arg) {
+  (void)arg;
+  trove_free(trove_malloc(32));
+  pthread_mutex_lock(&other_lock);
+  other_state = 1;
+  pthread_cond_broadcast(&other_cv);
+  while (other_state != 2) pthread_cond_wait(&other_cv, &other_lock);
+  pthread_mutex_unlock(&other_lock);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   trove_stats_t st;
@@ -62,15 +79,31 @@ int main(int argc, char **argv) {
     ticks();
     trove_stats_get(&st);
     printf("dirty_kib=%zu\n", st.dirty_page_bytes >> 10);
-  } else if (strcmp(mode, "blowup") == 0) {
-    /* Fill many superblocks of one class, then free three blocks in four. */
+  } else if (strcmp(mode, "blowup") == 0 || strcmp(mode, "blowup-alone") == 0) {
+    /* Fill many superblocks of one class, then free three blocks in four (with another
+     * thread alive, or alone). */
     enum { N = 64 * 1024 };
     static void *p[N];
+    pthread_t other;
+    bool alone = strcmp(mode, "blowup-alone") == 0;
+    if (!alone) {
+      pthread_create(&other, NULL, other_thread, NULL);
+      pthread_mutex_lock(&other_lock);
+      while (other_state != 1) pthread_cond_wait(&other_cv, &other_lock);
+      pthread_mutex_unlock(&other_lock);
+    }
     for (int i = 0; i < N; i++) p[i] = trove_malloc(64);
     for (int i = 0; i < N; i++)
       if (i % 4) trove_free(p[i]);
     trove_stats_get(&st);
     printf("released=%zu\n", st.superblocks_released);
+    if (!alone) {
+      pthread_mutex_lock(&other_lock);
+      other_state = 2;
+      pthread_cond_broadcast(&other_cv);
+      pthread_mutex_unlock(&other_lock);
+      pthread_join(other, NULL);
+    }
   } else if (strcmp(mode, "large") == 0) {
     void *p = trove_malloc(8u << 20);
     memset(p, 1, 8u << 20);
