@@ -173,12 +173,7 @@ _Static_assert(sizeof(trove_sb_t) == 128, "pagemap offsets assume 128-byte descr
 enum { TROVE_MAP_NONE = 0, TROVE_MAP_SEGMENT = 1, TROVE_MAP_LARGE = 2, TROVE_MAP_LARGE_BELOW = 3 };
 extern uint8_t _trove_segmap[TROVE_SEGMAP_SIZE];
 
-TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a) {
-  uintptr_t i = a >> TROVE_SEGMENT_SHIFT;
-  /* written (atomically) when segments come and go; a relaxed load is a plain byte load */
-  return likely(i < TROVE_SEGMAP_SIZE) ? __atomic_load_n(&_trove_segmap[i], __ATOMIC_RELAXED)
-                                       : TROVE_MAP_NONE;
-}
+TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a);
 TROVE_INLINE trove_segment_t *_trove_segment_of(uintptr_t a) {
   return (trove_segment_t *)(a & ~(uintptr_t)TROVE_SEGMENT_MASK);
 }
@@ -187,7 +182,8 @@ TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
   return (trove_sb_t *)((char *)seg->sb + seg->pagemap[page]);
 }
 /* Words other threads may write, read by the fast paths for one compare: `limit` (the owner
- * carves while other threads free) and `heap` (an adoption or an exit changes the owner). A
+ * carves while other threads free), `heap` (an adoption or an exit changes the owner) and the
+ * segment map's bytes (a segment or large mapping comes or goes). A
  * relaxed atomic load is all they need, but GCC does not fold an atomic load into the compare
  * that uses it (one instruction more per free, twice); an aligned word load is one access on
  * every target trove builds for, and each value is used once, so outside TSan builds they are
@@ -206,12 +202,22 @@ TROVE_INLINE uint64_t _trove_peek_u64(const uint64_t *p) {
 TROVE_INLINE struct trove_heap_s *_trove_sb_owner(const trove_sb_t *sb) {
   return atomic_load_explicit(&((trove_sb_t *)sb)->heap, memory_order_relaxed);
 }
+TROVE_INLINE uint8_t _trove_peek_u8(const uint8_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 #else
+TROVE_INLINE uint8_t _trove_peek_u8(const uint8_t *p) { return *p; }
 TROVE_INLINE uint64_t _trove_peek_u64(const uint64_t *p) { return *p; }
 TROVE_INLINE struct trove_heap_s *_trove_sb_owner(const trove_sb_t *sb) {
   return *(struct trove_heap_s *const *)&sb->heap;
 }
 #endif
+
+/* The kind of the 4 MiB region of `a`. The map is written (atomically) when segments and
+ * large mappings come and go; a peek is a plain byte load, which the compiler folds into the
+ * compare. */
+TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a) {
+  uintptr_t i = a >> TROVE_SEGMENT_SHIFT;
+  return likely(i < TROVE_SEGMAP_SIZE) ? _trove_peek_u8(&_trove_segmap[i]) : TROVE_MAP_NONE;
+}
 
 /* Live blocks of a small superblock, and the trigger that keeps `slack` = used - trigger. */
 TROVE_INLINE int32_t _trove_sb_used(const trove_sb_t *sb) { return sb->slack + sb->trigger; }
