@@ -138,13 +138,15 @@ typedef struct trove_sb_s {
   uint8_t cls;
   uint8_t dirty;               /* free run: touched since the last purge */
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
-  uint8_t pool_full;           /* pool: on the class's `full` list rather than `avail` */
+  uint8_t pool_full : 1;       /* pool: on the class's `full` list rather than `avail` */
+  uint8_t pool_empty : 1;      /* pool: entered it empty and carved (see heap.c, pool_empties) */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   _Atomic(int32_t) pool_live;  /* pool: live blocks not yet freed (a hint, see heap.c) */
   uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
   union {
     size_t requested;          /* medium: bytes asked for (stats) */
     uintptr_t idle_mark;       /* current superblock: its list heads when last seen idle */
+    uintptr_t released_by;     /* empty in the pool: the heap that put it there */
   };
 } trove_sb_t;
 
@@ -363,6 +365,9 @@ void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) TROVE_HID
 trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t align_pages,
                               int kind) TROVE_HIDDEN;
 void _trove_pages_free(trove_sb_t *run) TROVE_HIDDEN;         /* to the arena of its segment */
+void _trove_pages_free_at(trove_sb_t *run, uint64_t at) TROVE_HIDDEN;   /* free since `at` (ms) */
+bool _trove_pages_may_keep(size_t held_pages, size_t npages) TROVE_HIDDEN;
+void _trove_sb_recarve(trove_sb_t *sb) TROVE_HIDDEN;         /* an empty one: carve it again */
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */
 void _trove_pages_purge(bool all) TROVE_HIDDEN;
 void _trove_pages_lock_all(void) TROVE_HIDDEN;

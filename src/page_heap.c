@@ -610,10 +610,31 @@ static size_t dirty_growth(trove_segment_t *seg, size_t first, size_t n) {
   return g;
 }
 
-void _trove_pages_free(trove_sb_t *run) {
+/* May `npages` more of free memory stay out of the page heap, besides `held_pages` already
+ * kept so (heap.c's empty pool superblocks)? While the dirty pages and those stay under the
+ * purge target of the dirty cap (computed without them as pages in use); never when the
+ * operator set TROVE_DIRTY_MAX_MB (a strict cap, enforced in the page heap alone). */
+bool _trove_pages_may_keep(size_t held_pages, size_t npages) {
+  if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) return false;
+  size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
+  size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
+  used = used > held_pages ? used - held_pages : 0;
+  size_t peak = recent_peak(used, _trove_os_now_ms());
+  used += used / 2;
+  peak += peak / 4;
+  if (used < peak) used = peak;
+  if (cap < used) cap = used;
+  return atomic_load_explicit(&dirty_total, memory_order_relaxed) + held_pages + npages <=
+         cap / 3 * 2;
+}
+
+void _trove_pages_free(trove_sb_t *run) { _trove_pages_free_at(run, 0); }
+
+void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
   trove_segment_t *seg = seg_of(run);
   arena_t *a = arena_of(seg);
   uint64_t now = _trove_os_now_ms();
+  if (at != 0 && at < now) now = at;       /* free since then: the purge delay counts from it */
   _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   seg->free_pages += run->npages;
   atomic_fetch_sub_explicit(&used_total, run->npages, memory_order_relaxed);

@@ -29,7 +29,8 @@ static const char *state_name(const trove_sb_t *sb) {
 _Atomic size_t _trove_lock_waits[2];
 
 /* Walk every run of every segment; the page heap lock keeps runs from splitting under us. */
-static void walk_segments(trove_stats_t *st) {
+static size_t walk_segments(trove_stats_t *st) {
+  size_t pool_empty_bytes = 0;          /* empty superblocks waiting in the pool (heap.c) */
   for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
        seg = _trove_pages_next_segment(seg)) {
     st->segments++;
@@ -46,7 +47,9 @@ static void walk_segments(trove_stats_t *st) {
           c->blocks_in_use += (size_t)used;
           st->in_use += (size_t)used * sb->bsize;
         }
-        if (sb->state == TROVE_SB_POOL) {
+        if (sb->state == TROVE_SB_POOL && sb->pool_empty) {
+          pool_empty_bytes += sb->span_bytes;   /* free memory waiting to be reused: dirty */
+        } else if (sb->state == TROVE_SB_POOL) {
           st->pool_superblocks++;
           st->pool_bytes += sb->span_bytes;
         }
@@ -60,14 +63,17 @@ static void walk_segments(trove_stats_t *st) {
       pg += n;
     }
   }
+  return pool_empty_bytes;
 }
 
 TROVE_API void trove_stats_get(trove_stats_t *st) {
   _trove_init();
   memset(st, 0, sizeof *st);
   _trove_pages_lock_all();
-  walk_segments(st);
+  size_t pool_empty_bytes = walk_segments(st);
   _trove_pages_totals(&st->free_page_bytes, &st->dirty_page_bytes);
+  st->free_page_bytes += pool_empty_bytes;
+  st->dirty_page_bytes += pool_empty_bytes;
   st->arenas = _trove_pages_arenas(&st->arenas_in_use);
   _trove_pages_unlock_all();
   pthread_mutex_lock(&_trove_large_lock);

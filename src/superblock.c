@@ -63,6 +63,17 @@ bool _trove_sb_extend(trove_sb_t *sb) {
   return true;
 }
 
+/* An empty superblock (no live block, nothing in thread_free) taken up by a heap other than
+ * the one that emptied it: forget its free list and carve it again, so that its blocks go
+ * out in address order and are written before they are read (the list, in the order the
+ * blocks were freed, is a chain of loads from another core's cache). */
+void _trove_sb_recarve(trove_sb_t *sb) {
+  sb->free = sb->local_free = NULL;
+  sb->slack = 0;
+  sb->trigger = 0;
+  _trove_sb_set_run(sb, sb->bsize, 0);
+}
+
 /* Move the blocks other threads pushed onto thread_free to local_free; returns how many. The
  * caller owns the superblock (or holds the pool lock) and subtracts the count from `used`. */
 uint32_t _trove_sb_collect(trove_sb_t *sb) {

@@ -142,6 +142,12 @@ check("large mappings past the cache's resident budget are kept purged, not unma
       value(p.stdout, "purges_after_first") <= 19 * 8, p.stdout[:300])
 check("calloc of a purged cached large mapping is zero", value(p.stdout, "calloc_nonzero") == 0,
       p.stdout[:300])
+# empty superblocks past K wait in the pool, carved, for the next heap that needs their class
+# (unless the operator set a strict dirty cap)
+check("a heap takes back the empty superblocks it released past K",
+      value(run("refill").stdout, "adopted_in_refill") >= 8)
+check("with TROVE_DIRTY_MAX_MB set they go to the page heap",
+      value(run("refill", TROVE_DIRTY_MAX_MB=64).stdout, "adopted_in_refill") == 0)
 for mb in (4, 16, 64):
     # live large bytes count each mapping's whole length: those past the requests are the
     # tails kept, at most the budget (LARGE_CACHE_MB here: a quarter of 12 MiB live is less)
