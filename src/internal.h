@@ -340,6 +340,7 @@ typedef struct trove_pool_s {
   trove_sb_t *avail;           /* superblocks that may have a free block */
   trove_sb_t *full;            /* found without one by an adoption; out of the way until swept */
   uint32_t sweeps;
+  uint32_t empties;            /* on `avail` with pool_empty set */
 } __attribute__((aligned(TROVE_CACHE_LINE))) trove_pool_t;
 extern trove_pool_t _trove_pool[TROVE_CLASSES];
 
