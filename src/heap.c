@@ -440,24 +440,19 @@ static void sparse_release_emptiest(trove_heap_t *h) {
   sb_release_to(min, false, h);
 }
 
-/* Past K, the empty sparse superblocks go first (to the pool or the page heap); then the
- * emptiest ones with live blocks go to the pool, where other threads may adopt them (Hoard's
- * bound) - unless no other thread has a heap. A superblock in the pool keeps its pages (its
- * blocks are live), so releasing it saves no memory; it only lets another thread use its
- * free blocks, and without one every later free of its blocks took the pool's path: a
- * single-threaded perl building a 400k-key hash ran 7% slower (1.38 s against 1.29; peak RSS
- * the same, 354 MiB). Once a second thread runs, a heap over K releases again, at most 8
- * superblocks with live blocks per call (each release walks the sparse lists for the
- * emptiest).
- *
- * This runs on the heap's malloc slow path and its heartbeat (every TROVE_BEAT-th local
- * free), not on each free that makes a superblock sparse: memory is only taken on a malloc
- * slow path (after this), so the bound holds where it matters, and a burst of frees that
- * empties superblocks no longer hands them to the pool half-full a moment before their last
- * blocks are freed. (bench/phases at 2 threads, freeing every other block then the rest:
- * 89,600 releases and 176k remote frees a run, those blocks' frees going to the heap that
- * had adopted them.) */
-static void sparse_within_k(trove_heap_t *h) {
+/* Past K, the empty sparse superblocks go to the page heap; then the emptiest ones with live
+ * blocks go to the pool, where other threads may adopt them (Hoard's bound) - unless no other
+ * thread has a heap. A superblock in the pool keeps its pages (its blocks are live), so
+ * releasing it saves no memory; it only lets another thread use its free blocks, and without
+ * one every later free of its blocks took the pool's path: a single-threaded perl building a
+ * 400k-key hash ran 7% slower (1.38 s against 1.29; peak RSS the same, 354 MiB). Once a
+ * second thread runs, a heap over K releases again, at most 8 superblocks with live blocks
+ * per call (each release walks the sparse lists for the emptiest). */
+static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
+  sb->state = TROVE_SB_SPARSE;
+  _trove_sb_set_trigger(sb, 1);            /* next slow free: when it becomes empty */
+  sparse_add(h, sb);   /* may be empty already: a 2-block superblock goes partial at 1 live
+                          block, sparse at 0 */
   unsigned live_releases = 0;
   while (h->sparse_pages > (uint32_t)TROVE_OPT(BLOWUP_K) * TROVE_SB_PAGES) {
     if (h->empty == NULL &&
@@ -465,16 +460,6 @@ static void sparse_within_k(trove_heap_t *h) {
       break;
     sparse_release_emptiest(h);
   }
-}
-
-static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
-  sb->state = TROVE_SB_SPARSE;
-  _trove_sb_set_trigger(sb, 1);            /* next slow free: when it becomes empty */
-  sparse_add(h, sb);   /* may be empty already: a 2-block superblock goes partial at 1 live
-                          block, sparse at 0 */
-  /* An operator who set the dirty cap wants a burst's pages back at once, not a heartbeat
-   * later (they count as in use, and so hold the cap up, until released). */
-  if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) sparse_within_k(h);
 }
 
 /* A local free took `used` below the superblock's trigger.
@@ -532,7 +517,6 @@ void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) {
   h->beat = TROVE_BEAT;
   sb->idle_mark = 0;
   drain_remote(h);
-  sparse_within_k(h);
   _trove_heap_maybe_purge(h);
 }
 
@@ -1112,7 +1096,6 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   h->c.slow_mallocs++;
   h->refills = 32;
   drain_remote(h);
-  sparse_within_k(h);
   if ((++h->tick & 31) == 0) _trove_heap_maybe_purge(h);
   if (size > TROVE_SMALL_MAX) {
     void *p = size <= TROVE_MEDIUM_MAX ? malloc_medium(h, size, 0) : _trove_large_alloc(size, 0, false);
