@@ -208,6 +208,23 @@ static void sb_release_to(trove_sb_t *sb, bool reclaim, trove_heap_t *keeper) {
 }
 static void sb_release(trove_sb_t *sb, bool reclaim) { sb_release_to(sb, reclaim, NULL); }
 
+/* Take an empty superblock off its class's `avail` list onto `*list` (the pool lock held). */
+static void pool_take_empty(trove_pool_t *pool, trove_sb_t *sb, trove_sb_t **list) {
+  list_remove(&pool->avail, sb);
+  pool_empty_leaves(sb);
+  sb->next = *list;
+  *list = sb;
+}
+
+/* Give such a list to the page heap, each superblock as free since it emptied (0: now). */
+static void empties_to_page_heap(trove_sb_t *list) {
+  while (list) {
+    trove_sb_t *next = list->next;
+    _trove_pages_free_at(list, list->freed_at);
+    list = next;
+  }
+}
+
 /* Give the empty superblocks waiting in the pool to the page heap (the lock of each class
  * that has some, in turn). */
 static TROVE_NOINLINE void pool_flush_empties(void) {
@@ -219,19 +236,11 @@ static TROVE_NOINLINE void pool_flush_empties(void) {
       _trove_lock(&pool->lock, TROVE_LOCK_POOL);
       for (trove_sb_t *sb = pool->avail, *next; sb && pool->empties; sb = next) {
         next = sb->next;
-        if (!sb->pool_empty) continue;
-        list_remove(&pool->avail, sb);
-        pool_empty_leaves(sb);
-        sb->next = empty;
-        empty = sb;
+        if (sb->pool_empty) pool_take_empty(pool, sb, &empty);
       }
       pthread_mutex_unlock(&pool->lock);
     }
-  while (empty) {
-    trove_sb_t *next = empty->next;
-    _trove_pages_free_at(empty, empty->freed_at);
-    empty = next;
-  }
+  empties_to_page_heap(empty);
 }
 
 /* A free of a block of a pool superblock (owned by no heap). Its blocks are only counted
@@ -317,20 +326,13 @@ void _trove_pool_sweep(void) {
       if (!full_walk && atomic_load_explicit(&sb->pool_live, memory_order_relaxed) > 0) continue;
       sb->slack -= (int32_t)_trove_sb_collect(sb);
       if (_trove_sb_used(sb) == 0) {
-        list_remove(&pool->avail, sb);
         if (!sb->pool_empty) sb->freed_at = 0;   /* emptied by frees: free from now */
-        pool_empty_leaves(sb);
-        sb->next = empty;
-        empty = sb;
+        pool_take_empty(pool, sb, &empty);
       }
     }
     pthread_mutex_unlock(&pool->lock);
   }
-  while (empty) {
-    trove_sb_t *next = empty->next;
-    _trove_pages_free_at(empty, empty->freed_at);
-    empty = next;
-  }
+  empties_to_page_heap(empty);
   pthread_mutex_lock(&_trove_heaps_lock);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (h->alive || h->orphan || parked_since(h) || h->expiring || !remote_pending(h))
