@@ -32,6 +32,31 @@ void _trove_init(void) {
   pthread_once(&init_once, init_body);
 }
 
+/* ------------------------------------------------------------------ locks */
+/* A slow-path lock (pool, page heap) found taken. Its holders keep it for well under a
+ * microsecond (a list update, a run split), so the waiter spins first, retrying now and
+ * then, and blocks only if it stays taken, when its holder was probably preempted: blocking
+ * at once put the waiter to sleep, and waking it took longer than the wait. bench/phases at 2
+ * threads on 2 cores (2% of page heap calls found the lock taken): 2,730 context switches a
+ * run (mimalloc 23). */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#else
+  atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+void _trove_lock_wait(pthread_mutex_t *m) {
+  for (int i = 0; i < 64; i++) {
+    for (int k = 0; k < 8; k++) cpu_relax();
+    if (pthread_mutex_trylock(m) == 0) return;
+  }
+  pthread_mutex_lock(m);
+}
+
 /* ------------------------------------------------------------------ fork */
 static void fork_prepare(void) {
   pthread_mutex_lock(&_trove_heaps_lock);

@@ -348,10 +348,11 @@ extern trove_pool_t _trove_pool[TROVE_CLASSES];
  * the first thing to look at when a program scales badly. */
 enum { TROVE_LOCK_POOL, TROVE_LOCK_PAGES };
 extern _Atomic size_t _trove_lock_waits[2];
+void _trove_lock_wait(pthread_mutex_t *m) TROVE_HIDDEN;   /* init.c: spin a while, then block */
 static inline void _trove_lock(pthread_mutex_t *m, int which) {
   if (pthread_mutex_trylock(m) == 0) return;
   atomic_fetch_add_explicit(&_trove_lock_waits[which], 1, memory_order_relaxed);
-  pthread_mutex_lock(m);
+  _trove_lock_wait(m);
 }
 extern pthread_mutex_t _trove_heaps_lock;
 extern trove_heap_t *_trove_heaps_all;

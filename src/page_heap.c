@@ -178,7 +178,7 @@ static arena_t *arena_lock(trove_arena_ref_t *ref) {
     }
     ref->calls = ref->contended = 0;
   }
-  if (contended) pthread_mutex_lock(&a->lock);
+  if (contended) _trove_lock_wait(&a->lock);
   return a;
 }
 
