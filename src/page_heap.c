@@ -548,15 +548,18 @@ static size_t recent_peak(size_t used, uint64_t now) {
   return peak_now();
 }
 
-static size_t dirty_cap(void) {
+/* `not_used`: pages counted in use that hold no live data (heap.c's empty pool superblocks). */
+static size_t dirty_cap_less(size_t not_used) {
   size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
   size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
+  used = used > not_used ? used - not_used : 0;
   size_t peak = recent_peak(used, _trove_os_now_ms());
   used += used / 2;
   peak += peak / 4;
   if (used < peak) used = peak;
   return cap < used ? used : cap;
 }
+static size_t dirty_cap(void) { return dirty_cap_less(0); }
 
 size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory_order_relaxed); }
 
@@ -616,14 +619,7 @@ static size_t dirty_growth(trove_segment_t *seg, size_t first, size_t n) {
  * operator set TROVE_DIRTY_MAX_MB (a strict cap, enforced in the page heap alone). */
 bool _trove_pages_may_keep(size_t held_pages, size_t npages) {
   if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) return false;
-  size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
-  size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
-  used = used > held_pages ? used - held_pages : 0;
-  size_t peak = recent_peak(used, _trove_os_now_ms());
-  used += used / 2;
-  peak += peak / 4;
-  if (used < peak) used = peak;
-  if (cap < used) cap = used;
+  size_t cap = dirty_cap_less(held_pages);
   return atomic_load_explicit(&dirty_total, memory_order_relaxed) + held_pages + npages <=
          cap / 3 * 2;
 }
