@@ -31,6 +31,9 @@ typedef struct arena_s {
   uint64_t nonempty[(BINS + 63) / 64]; /* bit b: bins[b] != NULL */
   trove_segment_t *segments;          /* this arena's segments */
   size_t dirty_pages;                 /* pages in free runs marked dirty */
+  /* The changes to dirty_pages and to this arena's pages in use not yet added to the global
+   * totals below (see count_dirty). */
+  long dirty_unpub, used_unpub;
 } __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
 
 static arena_t arenas[ARENAS_MAX];
@@ -39,6 +42,13 @@ static bool arenas_fixed;             /* ARENAS set: each heap uses its own aren
 /* Totals over all arenas, for the dirty cap (relaxed: a cap, not an account). */
 static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
 static _Atomic size_t used_total;     /* pages in runs handed out (superblocks, medium) */
+/* Each arena adds its changes to these totals once they reach this many pages either way
+ * (count_dirty, count_used), so the totals lag the arenas' exact counts by less than this
+ * per arena. Added on every change, the two counters' cache line went from core to core on
+ * each page run taken or freed, whichever arena it was: bench/phases at 2 threads spent 9%
+ * of its time in bin_push's and bin_remove's `lock add` on it. With TROVE_DIRTY_MAX_MB set
+ * (a strict cap) every change is added at once. */
+static long publish_pages = 128;
 /* The recent peak (see dirty_cap): the most pages in use in this window of the purge delay and
  * in the one before, and when this window began (ms). Relaxed: hints that decide how much
  * free memory to keep, not accounts. */
@@ -60,6 +70,24 @@ void _trove_pages_init(void) {
   if (n == 0) n = _trove_os_ncpus();
   narenas = n < 1 ? 1 : n > ARENAS_MAX ? ARENAS_MAX : n;
   for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
+  if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) publish_pages = 1;
+}
+
+/* Arena lock held: count `d` pages more (or fewer) dirty, or in use, in arena `a`. */
+static void count_dirty(arena_t *a, long d) {
+  a->dirty_pages += (size_t)d;
+  a->dirty_unpub += d;
+  if (a->dirty_unpub >= publish_pages || -a->dirty_unpub >= publish_pages) {
+    atomic_fetch_add_explicit(&dirty_total, (size_t)a->dirty_unpub, memory_order_relaxed);
+    a->dirty_unpub = 0;
+  }
+}
+static void count_used(arena_t *a, long d) {
+  a->used_unpub += d;
+  if (a->used_unpub >= publish_pages || -a->used_unpub >= publish_pages) {
+    atomic_fetch_add_explicit(&used_total, (size_t)a->used_unpub, memory_order_relaxed);
+    a->used_unpub = 0;
+  }
 }
 
 static size_t seg_usable(const trove_segment_t *seg) { return TROVE_SEGMENT_PAGES - seg->first_page; }
@@ -233,10 +261,7 @@ static void bin_push(arena_t *a, trove_sb_t *run) {
   run->next = next;
   if (next) next->prev = run;
   if (prev) prev->next = run; else seg->bin_runs[b] = run;
-  if (run->dirty) {
-    a->dirty_pages += run->npages;
-    atomic_fetch_add_explicit(&dirty_total, run->npages, memory_order_relaxed);
-  }
+  if (run->dirty) count_dirty(a, run->npages);
 }
 
 static void bin_remove(arena_t *a, trove_sb_t *run) {
@@ -251,10 +276,7 @@ static void bin_remove(arena_t *a, trove_sb_t *run) {
     if (sn) sn->bin_prev[b] = sp;
     seg->bin_prev[b] = seg->bin_next[b] = NULL;
   }
-  if (run->dirty) {
-    a->dirty_pages -= run->npages;
-    atomic_fetch_sub_explicit(&dirty_total, run->npages, memory_order_relaxed);
-  }
+  if (run->dirty) count_dirty(a, -(long)run->npages);
 }
 
 /* Point every page of [first, first+n) at `first`, so that a lookup of any address in the run
@@ -329,7 +351,8 @@ static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n) {
   r->freed_at = 0;
   map_pages(seg, page, n);
   seg->free_pages -= (uint32_t)n;
-  size_t used = atomic_fetch_add_explicit(&used_total, n, memory_order_relaxed) + n;
+  count_used(a, (long)n);
+  size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
   if (used > atomic_load_explicit(&peak_cur, memory_order_relaxed))
     atomic_store_explicit(&peak_cur, used, memory_order_relaxed);   /* a hint: races lose little */
   return r;
@@ -563,15 +586,17 @@ static size_t dirty_cap(void) { return dirty_cap_less(0); }
 
 size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory_order_relaxed); }
 
-static bool over_cap(size_t cap) {
-  return atomic_load_explicit(&dirty_total, memory_order_relaxed) > cap;
+/* The dirty total as arena `a` (locked, or NULL) sees it: with its own changes not yet added. */
+static size_t dirty_seen(const arena_t *a) {
+  return atomic_load_explicit(&dirty_total, memory_order_relaxed) + (size_t)(a ? a->dirty_unpub : 0);
 }
+static bool over_cap(const arena_t *a, size_t cap) { return dirty_seen(a) > cap; }
 
 static trove_sb_t *purge_over_cap(arena_t *a, size_t cap) {
   trove_sb_t *list = NULL;
   for (size_t b = BINS; b-- > 1 && a->dirty_pages;)
     FOR_BIN(a, b, r) {
-      if (!over_cap(cap / 3 * 2)) return list;
+      if (!over_cap(a, cap / 3 * 2)) return list;
       if (r->dirty) purge_take(a, r, &list);
     }
   return list;
@@ -582,9 +607,9 @@ static trove_sb_t *purge_over_cap(arena_t *a, size_t cap) {
 static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
   purge_finish(first, list);
   size_t cap = dirty_cap();
-  if (over_cap(cap / 3 * 2) && atomic_load_explicit(&ncached, memory_order_relaxed))
+  if (over_cap(NULL, cap / 3 * 2) && atomic_load_explicit(&ncached, memory_order_relaxed))
     cache_release(cache_trim(0, 0));
-  for (size_t i = 0; i < narenas && over_cap(cap / 3 * 2); i++) {
+  for (size_t i = 0; i < narenas && over_cap(NULL, cap / 3 * 2); i++) {
     arena_t *a = &arenas[i];
     if (a == first || a->dirty_pages == 0) continue;            /* racy peek: a hint */
     _trove_lock(&a->lock, TROVE_LOCK_PAGES);
@@ -633,13 +658,12 @@ void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
   if (at != 0 && at < now) now = at;       /* free since then: the purge delay counts from it */
   _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   seg->free_pages += run->npages;
-  atomic_fetch_sub_explicit(&used_total, run->npages, memory_order_relaxed);
+  count_used(a, -(long)run->npages);
   run->carved = 0;
   __atomic_store_n(&run->limit, 0, __ATOMIC_RELAXED);   /* no block passes _trove_sb_is_block */
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
   size_t cap = dirty_cap();
-  bool self = atomic_load_explicit(&dirty_total, memory_order_relaxed) +
-              dirty_growth(seg, run->page, run->npages) > cap;
+  bool self = dirty_seen(a) + dirty_growth(seg, run->page, run->npages) > cap;
   if (self) {
     /* Past the cap with this run: give back this run itself, outside the lock (PURGING: no
      * neighbour merges with it meanwhile). Merged dirty into a neighbour that was purged
@@ -652,7 +676,7 @@ void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
     _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   }
   insert_free(a, seg, run->page, run->npages, !self, now);
-  bool over = over_cap(cap);
+  bool over = over_cap(a, cap);
   trove_sb_t *purge = over ? purge_over_cap(a, cap) : NULL;
   pthread_mutex_unlock(&a->lock);
   if (over) purge_arenas_over_cap(a, purge);
