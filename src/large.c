@@ -44,10 +44,10 @@ static size_t excess_of(const trove_large_t *l) {
 }
 
 /* What freed and reused mappings may keep resident beyond live data (the lock is held):
- * LARGE_CACHE_MB, or a quarter of the live large bytes if more; 0 when the option is 0. */
+ * LARGE_CACHE_MB, or a third of the live large bytes if more; 0 when the option is 0. */
 static size_t resident_budget(void) {
   size_t max = (size_t)TROVE_OPT(LARGE_CACHE_MB) << 20;
-  if (max > 0 && _trove_large_live_bytes / 4 > max) max = _trove_large_live_bytes / 4;
+  if (max > 0 && _trove_large_live_bytes / 3 > max) max = _trove_large_live_bytes / 3;
   return max;
 }
 
@@ -192,10 +192,13 @@ void _trove_large_free(trove_large_t *l) {
   _trove_large_live_bytes -= l->usable;
   live_excess -= excess_of(l);
   l->requested = 0;
-  /* The resident budget: 64 MiB, or a quarter of the live large bytes. With 32 MiB alone, 20
+  /* The resident budget: 64 MiB, or a third of the live large bytes. With 32 MiB alone, 20
    * live buffers of 5-25 MiB (bench/largebuf --huge, after mimalloc-bench's malloc-large)
    * purged nearly every freed one and faulted it back in: 1.18 s against glibc's 0.33; with
    * a quarter of the live bytes 0.55 s, peak RSS +4% (425 MiB; glibc 468, mimalloc 434).
+   * Later, with tails kept and growth by mremap, a quarter took 0.257 s, 161k page faults,
+   * 440 MiB; a third 0.216 s, 130k, 449 MiB; a half 0.237 s, 120k, 481 MiB (tcmalloc 0.194 s,
+   * 117k, 468 MiB; mimalloc 2.09 s, 468 MiB; jemalloc 2.66 s, 379 MiB).
    * 8 live of 1-8 MiB (bench/largebuf): 0.35 s at 32 MiB, 0.16 s at 64 (201k -> 89k page
    * faults), peak RSS 74 -> 83 MiB (glibc 77, tcmalloc 90, mimalloc 99, jemalloc 104). */
   size_t cache_max = resident_budget();

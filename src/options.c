@@ -32,7 +32,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                               "free dirty pages beyond this (MiB) or 1.5x the in-use pages go back at once"
                               " (unset: 1.25x the recent peak waits for the purge delay too)"},
   [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 64, 0, 1 << 20,
-                                "freed large mappings kept resident for reuse (MiB; or a quarter of the live large bytes)"},
+                                "freed large mappings kept resident for reuse (MiB; or a third of the live large bytes)"},
   [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,
                         "page heap arenas (0: one per CPU, threads spread when they contend)"},
 };

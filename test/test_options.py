@@ -150,7 +150,7 @@ check("with TROVE_DIRTY_MAX_MB set they go to the page heap",
       value(run("refill", TROVE_DIRTY_MAX_MB=64).stdout, "adopted_in_refill") == 0)
 for mb in (4, 16, 64):
     # live large bytes count each mapping's whole length: those past the requests are the
-    # tails kept, at most the budget (LARGE_CACHE_MB here: a quarter of 12 MiB live is less)
+    # tails kept, at most the budget (LARGE_CACHE_MB here: a third of 12 MiB live is less)
     p = run("largetail", TROVE_PURGE_DELAY_MS=3600000, TROVE_LARGE_CACHE_MB=mb)
     check("reused large mappings keep tails within the budget (%d MiB)" % mb,
           value(p.stdout, "large_live_kib") - value(p.stdout, "large_requested_kib") <=
