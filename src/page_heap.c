@@ -44,10 +44,11 @@ static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
 static _Atomic size_t used_total;     /* pages in runs handed out (superblocks, medium) */
 /* Each arena adds its changes to these totals once they reach this many pages either way
  * (count_dirty, count_used), so the totals lag the arenas' exact counts by less than this
- * per arena. Added on every change, the two counters' cache line went from core to core on
- * each page run taken or freed, whichever arena it was: bench/phases at 2 threads spent 9%
- * of its time in bin_push's and bin_remove's `lock add` on it. With TROVE_DIRTY_MAX_MB set
- * (a strict cap) every change is added at once. */
+ * per arena: 128 pages (1 MiB), fewer with more than 8 arenas so that the lag of all of them
+ * stays under 8 MiB (16 pages with 64). Added on every change, the two counters' cache line
+ * went from core to core on each page run taken or freed, whichever arena it was:
+ * bench/phases at 2 threads spent 9% of its time in bin_push's and bin_remove's `lock add`
+ * on it. With TROVE_DIRTY_MAX_MB set (a strict cap) every change is added at once. */
 static long publish_pages = 128;
 /* The recent peak (see dirty_cap): the most pages in use in this window of the purge delay and
  * in the one before, and when this window began (ms). Relaxed: hints that decide how much
@@ -70,6 +71,7 @@ void _trove_pages_init(void) {
   if (n == 0) n = _trove_os_ncpus();
   narenas = n < 1 ? 1 : n > ARENAS_MAX ? ARENAS_MAX : n;
   for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
+  if (narenas > 8) publish_pages = (long)(1024 / narenas);
   if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) publish_pages = 1;
 }
 
