@@ -78,6 +78,7 @@ typedef struct trove_stats_s {
 
 void trove_stats_get(trove_stats_t *out);
 void trove_stats_print(FILE *out);          /* human-readable; out == NULL means stderr */
+int  trove_malloc_info(int options, FILE *out); /* glibc's malloc_info XML; options must be 0 */
 int  trove_heap_map_write(const char *path); /* JSON snapshot of the heap; 0 on success */
 
 /* Return free memory held by the calling thread and the shared pool to the OS at once. */

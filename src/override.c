@@ -70,6 +70,7 @@ API void *__libc_pvalloc(size_t size) { return trove_pvalloc(size); }
 
 /* glibc's statistics entry points, answered from trove's own counters. */
 API void malloc_stats(void) { trove_stats_print(stderr); }
+API int malloc_info(int options, FILE *fp) { return trove_malloc_info(options, fp); }
 
 API struct mallinfo2 mallinfo2(void) {
   trove_stats_t st;

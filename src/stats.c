@@ -3,6 +3,7 @@
  * the per-superblock counts are read while their owners change them, so they are a snapshot
  * within the bounds of what the threads are doing; in a single thread they are exact. */
 #include "internal.h"
+#include <errno.h>
 #include <string.h>
 
 trove_large_t *_trove_large_live(void) TROVE_HIDDEN;
@@ -152,6 +153,54 @@ TROVE_API void trove_stats_print(FILE *out) {
   fprintf(out, "options:\n");
   _trove_options_print(print_line, out);
   fflush(out);
+}
+
+/* ------------------------------------------------------------------ malloc_info */
+/* glibc's malloc_info(3), in glibc's XML shape so that tools that parse it read trove's
+ * figures: one <heap> (trove's thread heaps and page heap are one pool as far as this format
+ * goes), a <size> line per size class that has free blocks (all of a class's blocks are of one
+ * size, so `from` = `to`), the free blocks, free pages and cached medium runs as the "rest",
+ * large objects as "mmap", the bytes mapped from the OS as the "system" and "aspace" sizes.
+ * Returns 0, or -1 with EINVAL for options other than 0 (as glibc does). */
+TROVE_API int trove_malloc_info(int options, FILE *out) {
+  if (options != 0 || out == NULL) {
+    errno = EINVAL;
+    return -1;
+  }
+  trove_stats_t *st = trove_malloc(sizeof *st);   /* 4 KiB: not on a caller's small stack */
+  if (st == NULL) return -1;
+  trove_stats_get(st);
+  size_t free_blocks = 0, free_block_bytes = 0;
+  fprintf(out, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n");
+  for (size_t c = 1; c < TROVE_STATS_CLASSES && c < TROVE_CLASSES; c++) {
+    const trove_class_stats_t *cs = &st->classes[c];
+    if (cs->blocks_capacity <= cs->blocks_in_use) continue;
+    size_t n = cs->blocks_capacity - cs->blocks_in_use;
+    free_blocks += n;
+    free_block_bytes += n * cs->block_size;
+    fprintf(out, "  <size from=\"%zu\" to=\"%zu\" total=\"%zu\" count=\"%zu\"/>\n",
+            cs->block_size, cs->block_size, n * cs->block_size, n);
+  }
+  size_t rest = free_block_bytes + st->free_page_bytes + st->medium_cached_bytes;
+  size_t seg_bytes = st->held - st->large_bytes, peak = st->peak_held;
+  fprintf(out,
+          "</sizes>\n<total type=\"fast\" count=\"0\" size=\"0\"/>\n"
+          "<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n"
+          "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+          "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n"
+          "</heap>\n",
+          free_blocks, rest, seg_bytes, peak, seg_bytes, seg_bytes);
+  fprintf(out,
+          "<total type=\"fast\" count=\"0\" size=\"0\"/>\n"
+          "<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n"
+          "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
+          "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+          "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n"
+          "</malloc>\n",
+          free_blocks, rest, st->large_objects, st->large_bytes, st->held, peak, st->held,
+          st->held);
+  trove_free(st);
+  return 0;
 }
 
 /* ------------------------------------------------------------------ heap map (JSON) */

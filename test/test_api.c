@@ -538,6 +538,60 @@ static void test_trim(void) {
   printf("ok malloc_trim\n");
 }
 
+/* glibc's statistics entry points (mallinfo2, malloc_info) answer from trove's counters. */
+#ifdef TROVE_TEST_API
+#define T_MALLOC_INFO trove_malloc_info
+#else
+#define T_MALLOC_INFO malloc_info
+#endif
+static size_t xml_size(const char *xml, const char *after, const char *tag) {
+  const char *p = strstr(xml, after);
+  CHECKF(p != NULL, "malloc_info: no %s in\n%s", after, xml);
+  p = strstr(p, tag);
+  CHECKF(p != NULL, "malloc_info: no %s after %s in\n%s", tag, after, xml);
+  return (size_t)strtoull(p + strlen(tag), NULL, 10);
+}
+
+static void test_glibc_stats(void) {
+  void *big = T_MALLOC(8 * TH_MIB), *small = T_MALLOC(100);
+  CHECK(big != NULL && small != NULL);
+  FILE *f = tmpfile();
+  CHECK(f != NULL);
+  fputs("x", f);                  /* stdio's buffer is allocated now, not during the checks */
+  rewind(f);
+  trove_stats_t st0, st1;
+  th_stats(&st0);
+  th_stats(&st0);
+  CHECK(T_MALLOC_INFO(0, f) == 0);
+  th_stats(&st1);
+  long n = ftell(f);
+  CHECK(n > 0 && n < 65536);
+  static char xml[65536];
+  rewind(f);
+  CHECK(fread(xml, 1, (size_t)n, f) == (size_t)n);
+  xml[n] = 0;
+  CHECKF(strncmp(xml, "<malloc version=\"1\">", 20) == 0 && strstr(xml, "</malloc>") != NULL,
+         "malloc_info: not glibc's XML shape:\n%s", xml);
+  CHECK(st0.large_objects >= 1 && st0.large_objects == st1.large_objects);
+  CHECK(xml_size(xml, "</heap>", "<total type=\"mmap\" count=\"") == st0.large_objects);
+  CHECK(xml_size(xml, "<total type=\"mmap\"", " size=\"") == st0.large_bytes);
+  if (st0.held == st1.held)     /* nothing mapped meanwhile */
+    CHECK(xml_size(xml, "</heap>", "<system type=\"current\" size=\"") == st0.held);
+  errno = 0;
+  CHECK(T_MALLOC_INFO(1, f) == -1 && errno == EINVAL);
+  fclose(f);
+#ifndef TROVE_TEST_API
+  th_stats(&st0);
+  struct mallinfo2 mi = mallinfo2();
+  CHECK(mi.hblks == st0.large_objects && mi.hblkhd == st0.large_bytes);
+  CHECK(mi.uordblks >= 8 * TH_MIB + 100 && mi.arena + mi.hblkhd >= mi.uordblks);
+  CHECK(mi.usmblks >= mi.arena);
+#endif
+  T_FREE(big);
+  T_FREE(small);
+  printf("ok malloc_info and mallinfo2 from trove's counters\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   page_size = (size_t)sysconf(_SC_PAGESIZE);
@@ -554,6 +608,7 @@ int main(void) {
   test_valloc();
   test_large_reuse();
   test_trim();
+  test_glibc_stats();
   printf("test_api (%s): all checks passed\n", T_MODE);
   return 0;
 }
