@@ -106,7 +106,7 @@ typedef enum {             /* where a small superblock is; decides what a free's
 struct trove_heap_s;
 
 typedef struct trove_arena_ref_s {   /* page_heap.c: which arena a heap takes page runs from */
-  uint32_t arena, home, calls, contended;
+  uint32_t arena;
 } trove_arena_ref_t;
 
 /* The descriptor of a page run; lives in the segment header, one per page (only the first

@@ -34,7 +34,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_LARGE_CACHE_MB] = {"TROVE_LARGE_CACHE_MB", OPT_INT, 64, 0, 1 << 20,
                                 "freed large mappings kept resident for reuse (MiB; or a third of the live large bytes)"},
   [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,
-                        "page heap arenas (0: one per CPU, threads spread when they contend)"},
+                        "page heap arenas (0: one per CPU; each thread heap takes runs from its own)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

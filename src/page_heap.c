@@ -2,8 +2,7 @@
  * neighbours on free. Serves superblocks (to thread heaps) and medium objects (directly).
  * Arenas: the page heap is split into arenas (option ARENAS; by default one per CPU the
  * process may run on), each with its own lock, segments and bins; a thread heap takes pages
- * from arena 0 until it finds that lock contended, then from its own, (id - 1) mod N; a run
- * goes back to the arena of its segment. A lock is taken once per superblock (32-64 KiB of
+ * from its own, (id - 1) mod N (see arena_lock); a run goes back to the arena of its segment. A lock is taken once per superblock (32-64 KiB of
  * small allocations) or per medium object, never on the small-object fast paths. With one lock
  * for all, 16 threads of bench/stability on 16 cores waited 7.5 s in all on it in a 2 s run
  * (5 us held per call). The price is locality across arenas: an arena's free runs serve its
@@ -38,7 +37,6 @@ typedef struct arena_s {
 
 static arena_t arenas[ARENAS_MAX];
 static size_t narenas = 1;            /* set once by _trove_pages_init, before any thread heap */
-static bool arenas_fixed;             /* ARENAS set: each heap uses its own arena from the start */
 /* Totals over all arenas, for the dirty cap (relaxed: a cap, not an account). */
 static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
 static _Atomic size_t used_total;     /* pages in runs handed out (superblocks, medium) */
@@ -67,7 +65,6 @@ static _Atomic size_t ncached;       /* changed under cache_lock; read without i
 
 void _trove_pages_init(void) {
   size_t n = (size_t)TROVE_OPT(ARENAS);
-  arenas_fixed = n != 0;
   if (n == 0) n = _trove_os_ncpus();
   narenas = n < 1 ? 1 : n > ARENAS_MAX ? ARENAS_MAX : n;
   for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
@@ -180,42 +177,25 @@ static trove_segment_t *cache_take(arena_t *a) {
   return seg;
 }
 
-/* Lock the arena a heap takes pages from. Unless ARENAS is set, every heap starts in arena 0, so that a program
- * with few threads keeps one page heap (an arena per thread cost threadtest-64 at 2 threads
- * 17% more peak RSS, sizesweep 6-9%: each thread's segment partly used). A heap that finds the
- * lock taken on more than a quarter of 128 calls moves to its own arena, (id - 1) mod N, for
- * good, so only threads that really contend spread out (bench/stability, 16 threads on 16
- * cores: 35% of calls found the single lock taken; 2 threads on 2 cores: 2%; at 1/8,
- * sizesweep's threads on 2 cores still spread, for 5-10% more peak RSS). */
+/* Lock the arena a heap takes pages from: its own, (id - 1) mod N, from its first call.
+ * Threads that share an arena put their superblocks side by side in its segments, and their
+ * descriptors and page map entries in the same pages of the segment header, which each
+ * thread's malloc and free read and write on every call. Until the fifth session every heap
+ * started in arena 0 and moved to its own only when it found that lock contended (for the
+ * peak RSS of partly used segments: threadtest-64 17% more at 2 threads back then); measured
+ * again, separate segments cost nothing there or on sizesweep, and two threads of
+ * larson-small (no page heap call in their steady state, the lock never contended) went
+ * from 142M to 157M replacements a second (mimalloc 154M), threadtest 5% faster,
+ * shbench-small and threadtest-64 3%, phases-large 13%; blowup-pc's peak RSS at 4 threads
+ * rose 8%, shbench-large's 3-6%. */
 static arena_t *arena_lock(trove_arena_ref_t *ref) {
   arena_t *a = &arenas[ref->arena];
-  if (ref->arena == ref->home) {          /* (so the shared empty heap's ref is never written) */
-    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
-    return a;
-  }
-  bool contended = pthread_mutex_trylock(&a->lock) != 0;
-  if (contended) atomic_fetch_add_explicit(&_trove_lock_waits[TROVE_LOCK_PAGES], 1, memory_order_relaxed);
-  ref->contended += contended;
-  if (++ref->calls == 128) {
-    if (ref->contended > 128 / 4) {
-      ref->arena = ref->home;
-      if (contended) a = &arenas[ref->arena];
-      else {
-        pthread_mutex_unlock(&a->lock);
-        a = &arenas[ref->arena];
-        contended = true;
-      }
-    }
-    ref->calls = ref->contended = 0;
-  }
-  if (contended) _trove_lock_wait(&a->lock);
+  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
   return a;
 }
 
 void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) {
-  ref->home = heap_id ? (uint32_t)((heap_id - 1) % narenas) : 0;
-  ref->arena = arenas_fixed ? ref->home : 0;
-  ref->calls = ref->contended = 0;
+  ref->arena = heap_id ? (uint32_t)((heap_id - 1) % narenas) : 0;
 }
 
 static size_t bin_of(size_t npages) { return npages < BINS - 1 ? npages : BINS - 1; }
@@ -381,19 +361,20 @@ static trove_sb_t *find_dirty_run(arena_t *a, size_t need) {
 }
 
 /* Arena `a` (locked) has no run that fits, or only clean ones (purged or never touched):
- * take a resident one from another arena whose lock is free, rather than fault in pages.
- * The run stays in its segment's arena (its free goes back there); only the allocation
- * crosses over: the runs a heap freed in arena 0 before it moved to its own arena, say, would
- * otherwise wait there for the purge. On 16 cores, shbench-large at 16 threads: 142 MiB peak
- * RSS without this, 133 stealing only when nothing fits, 125 also when only clean runs fit
- * (83 with one arena). trylock only: no thread waits for a second lock here. */
-static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int kind,
-                             bool dirty_only) {
+ * take a resident (dirty) one from another arena whose lock is free, rather than fault in
+ * pages. The run stays in its segment's arena (its free goes back there); only the allocation
+ * crosses over: the runs a thread freed into another arena's segments (blocks it was handed,
+ * medium objects) would otherwise wait there for the purge. On 16 cores, shbench-large at 16
+ * threads: 142 MiB peak RSS without this, 133 stealing only when nothing fits, 125 also when
+ * only clean runs fit (83 with one arena). A clean run of another arena saves no memory and
+ * would put this thread's superblocks into that arena's segments (see arena_lock), so only
+ * dirty ones are taken. trylock only: no thread waits for a second lock here. */
+static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int kind) {
   size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
   for (size_t k = 1; k < narenas; k++) {
     arena_t *o = &arenas[(me + k) % narenas];
     if (pthread_mutex_trylock(&o->lock) != 0) continue;
-    trove_sb_t *run = dirty_only ? find_dirty_run(o, need) : find_run(o, need), *r = NULL;
+    trove_sb_t *run = find_dirty_run(o, need), *r = NULL;
     if (run) {
       bin_remove(o, run);
       r = carve(o, run, npages, align_pages, kind);
@@ -436,7 +417,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   arena_t *a = arena_lock(ref ? ref : &no_heap);
   trove_sb_t *run = find_run(a, need);
   if (narenas > 1 && (run == NULL || !run->dirty)) {
-    trove_sb_t *r = steal_run(a, npages, align_pages, kind, run != NULL);
+    trove_sb_t *r = steal_run(a, npages, align_pages, kind);
     if (r) {
       pthread_mutex_unlock(&a->lock);
       return r;
