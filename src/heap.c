@@ -809,7 +809,8 @@ static trove_heap_t *heap_acquire(trove_heap_t *want) {
      * pair with the last line of the heap before it (its slow-path counters), as Intel's
      * optimization manual advises for data different threads write (folly pads to 128 bytes
      * on x86-64 for the same reason); no difference was measurable on 2 cores. */
-    size_t sz = (sizeof(trove_heap_t) + 2 * TROVE_CACHE_LINE - 1) & ~(size_t)(2 * TROVE_CACHE_LINE - 1);
+    const size_t pair = 2 * TROVE_CACHE_LINE;
+    size_t sz = (sizeof(trove_heap_t) + pair - 1) & ~(pair - 1);
     if (heap_chunk_left < sz) {
       heap_chunk = _trove_os_map(256 * 1024);
       heap_chunk_left = heap_chunk ? 256 * 1024 : 0;

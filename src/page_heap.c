@@ -2,8 +2,9 @@
  * neighbours on free. Serves superblocks (to thread heaps) and medium objects (directly).
  * Arenas: the page heap is split into arenas (option ARENAS; by default one per CPU the
  * process may run on), each with its own lock, segments and bins; a thread heap takes pages
- * from its own, (id - 1) mod N (see arena_lock); a run goes back to the arena of its segment. A lock is taken once per superblock (32-64 KiB of
- * small allocations) or per medium object, never on the small-object fast paths. With one lock
+ * from its own, (id - 1) mod N (see arena_lock); a run goes back to the arena of its segment.
+ * A lock is taken once per superblock (32-64 KiB of small allocations) or per medium object,
+ * never on the small-object fast paths. With one lock
  * for all, 16 threads of bench/stability on 16 cores waited 7.5 s in all on it in a 2 s run
  * (5 us held per call). The price is locality across arenas: an arena's free runs serve its
  * own threads first, and others only when they have no resident run of their own (steal_run,
@@ -185,9 +186,9 @@ static trove_segment_t *cache_take(arena_t *a) {
  * peak RSS of partly used segments: threadtest-64 17% more at 2 threads back then); measured
  * again, separate segments cost nothing there or on sizesweep, and two threads of
  * larson-small (no page heap call in their steady state, the lock never contended) went
- * from 142M to 157M replacements a second (mimalloc 154M), threadtest 5% faster,
- * shbench-small and threadtest-64 3%, phases-large 13%; blowup-pc's peak RSS at 4 threads
- * rose 8%, shbench-large's 3-6%. */
+ * from 133-142M to 152-157M replacements a second (mimalloc 149-154M), threadtest 5-7%
+ * faster, shbench-small 3%, phases-large 10-13%; blowup-pc's peak RSS at 4 threads rose
+ * 8-11%, shbench-large's 3-6%, mstress's 7-12% (docs/BENCHMARKS.md, fifth session). */
 static arena_t *arena_lock(trove_arena_ref_t *ref) {
   arena_t *a = &arenas[ref->arena];
   _trove_lock(&a->lock, TROVE_LOCK_PAGES);
@@ -571,7 +572,8 @@ size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory
 
 /* The dirty total as arena `a` (locked, or NULL) sees it: with its own changes not yet added. */
 static size_t dirty_seen(const arena_t *a) {
-  return atomic_load_explicit(&dirty_total, memory_order_relaxed) + (size_t)(a ? a->dirty_unpub : 0);
+  size_t lag = a ? (size_t)a->dirty_unpub : 0;
+  return atomic_load_explicit(&dirty_total, memory_order_relaxed) + lag;
 }
 static bool over_cap(const arena_t *a, size_t cap) { return dirty_seen(a) > cap; }
 
