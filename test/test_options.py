@@ -168,6 +168,16 @@ p = run("rounds", TROVE_PURGE_DELAY_MS=3600000, TROVE_DIRTY_MAX_MB=1)
 # were purged, and faulted in again the next round)
 check("threads replaced in rounds reuse what the last round freed",
       value(p.stdout, "purged_kib") <= value(p.stdout, "peak_held_kib"), p.stdout[:300])
+# 4 threads each free 4 MiB of small blocks and 1.6 MiB of medium ones, then exit; nothing
+# runs after them. Threads that lived past four purge delays (workers) leave nothing dirty or
+# cached; short-lived ones (tasks) leave it parked for a successor (at least one heap's).
+p = run("workers", TROVE_PURGE_DELAY_MS=40)
+check("workers that end hand back what they held, with no later allocator call",
+      p.returncode == 0 and value(p.stdout, "kept_kib") < 1024 and
+      value(p.stdout, "resident_kib") < 2048, p.stdout[:300])
+p = run("tasks", TROVE_PURGE_DELAY_MS=40)
+check("short-lived threads leave their memory parked for the next",
+      p.returncode == 0 and value(p.stdout, "resident_kib") >= 4096, p.stdout[:300])
 p = run(TROVE_SHOW_STATS=1)
 check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])
 p = run(TROVE_VERBOSE=1)

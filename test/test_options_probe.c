@@ -51,6 +51,29 @@ static void *round_worker(void *arg) {
   return NULL;
 }
 
+/* A worker of the "workers" probe: 4 MiB of 1000 B blocks and 16 medium buffers of 100 KiB,
+ * all freed, leaving empty superblocks and a medium cache with its heap; then, if `arg` is
+ * set, it lives on for five purge delays (a worker, not a short task) before it exits. */
+static void *churn_worker(void *arg) {
+  enum { N = 4096, M = 16 };
+  static _Thread_local void *p[N], *q[M];
+  for (int i = 0; i < N; i++) p[i] = trove_malloc(1000);
+  for (int i = 0; i < M; i++) q[i] = trove_malloc(100 * 1024);
+  for (int i = 0; i < N; i++) {
+    if (p[i]) memset(p[i], 1, 1000);
+    trove_free(p[i]);
+  }
+  for (int i = 0; i < M; i++) {
+    if (q[i]) memset(q[i], 1, 100 * 1024);
+    trove_free(q[i]);
+  }
+  if (arg) {
+    const char *d = getenv("TROVE_PURGE_DELAY_MS");
+    sleep_ms(5 * (d ? atol(d) : 250));
+  }
+  return NULL;
+}
+
 /* A second thread with a heap, blocked until told to exit: superblocks released to the
  * shared pool are for other threads to adopt, so trove releases them only while one runs. */
 static pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -179,6 +202,18 @@ int main(int argc, char **argv) {
     }
     trove_stats_get(&st);
     printf("purged_kib=%zu\npeak_held_kib=%zu\n", st.purged_bytes >> 10, st.peak_held >> 10);
+  } else if (strcmp(mode, "workers") == 0 || strcmp(mode, "tasks") == 0) {
+    /* Four threads churn memory, free it all and exit; then the process makes no allocator
+     * call (a server idling after its workers ended). Workers (lived past four purge delays)
+     * hand back what they held as they exit; tasks (short-lived) park it with their heaps
+     * for a successor, and only a timed purge on a later slow path returns it. */
+    pthread_t t[4];
+    bool workers = strcmp(mode, "workers") == 0;
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, churn_worker, workers ? (void *)1 : NULL);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    trove_stats_get(&st);
+    printf("kept_kib=%zu\nresident_kib=%zu\n",
+           (st.dirty_page_bytes + st.medium_cached_bytes) >> 10, st.resident >> 10);
   } else if (strcmp(mode, "phases") == 0) {
     /* One thread in phases: 32 MiB of small blocks allocated, then all freed, 8 times (a
      * batch job, a compiler pass, a request that builds a large structure). The cap covers
