@@ -605,13 +605,18 @@ static size_t mcache_bin(size_t npages) { return npages - TROVE_MCACHE_MIN_PAGES
  * reads into buffers of 100-200 KiB kept them all: 200 threads, each done with 4 such
  * buffers, held 155 MiB (glibc 19.6, jemalloc 16.8, tcmalloc 94, mimalloc 305). With 4
  * threads per CPU or fewer, as in every benchmark of the suite, each keeps its 2 MiB. */
-static size_t mcache_fixed(void) {
-  static _Atomic size_t budget;
-  size_t b = atomic_load_explicit(&budget, memory_order_relaxed);
-  if (b == 0) {
-    b = TROVE_MCACHE_FIXED * 4 * _trove_os_ncpus();
-    atomic_store_explicit(&budget, b, memory_order_relaxed);
+static size_t ncpus(void) {
+  static _Atomic size_t n;
+  size_t v = atomic_load_explicit(&n, memory_order_relaxed);
+  if (v == 0) {
+    v = _trove_os_ncpus();
+    atomic_store_explicit(&n, v, memory_order_relaxed);
   }
+  return v;
+}
+
+static size_t mcache_fixed(void) {
+  size_t b = TROVE_MCACHE_FIXED * 4 * ncpus();
   size_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
   return alive * TROVE_MCACHE_FIXED <= b ? TROVE_MCACHE_FIXED : b / alive;
 }
@@ -1060,6 +1065,17 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * shbench-large's cache misses in the allocator (cachegrind, 1 thread). */
   trove_sb_t *best = NULL, *empty = NULL;
   size_t pages = _trove_class_pages[cls];
+  /* More than 8 live threads per CPU (a thread per connection): per-thread memory is what
+   * costs, so a heap's first superblock of a class is short, a page for the classes up to
+   * 4 KiB. Such a thread often holds one or two blocks of most classes it uses, and a full
+   * run per class (64 KiB up to 128 B, 32 KiB up to 4 KiB) was resident whole when its pages
+   * came back dirty from freed buffers: bench/manythreads at 100 threads, 148 -> 107 MiB
+   * peak RSS. Not with fewer threads: a thread that goes on past the short one holds two
+   * partly carved runs of the class (larson-large's utilization 0.42 -> 0.38). */
+  size_t want = pages;
+  if (h->lists[cls].full == NULL &&
+      atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 8 * ncpus())
+    want = _trove_class_starter[cls];
   for (sb = h->lists[cls].sparse; sb; sb = sb->next)
     if (best == NULL || _trove_sb_used(sb) > _trove_sb_used(best)) best = sb;
   for (sb = best ? NULL : h->empty; sb; sb = sb->next) {
@@ -1067,7 +1083,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
       best = sb;
       break;
     }
-    if (empty == NULL && sb->npages == pages) empty = sb;
+    if (empty == NULL && sb->npages >= want && sb->npages <= pages) empty = sb;
   }
   if (best == NULL && (best = pool_adopt(h, cls)) != NULL) return best;
   if (best) {
@@ -1082,7 +1098,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * that a program moving to other sizes reuses their pages (waiting for the sweep cost
    * blowup-rr 6% more peak RSS). */
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
-  sb = _trove_pages_alloc(&h->arena, pages, 1, TROVE_SPAN_SMALL);
+  sb = _trove_pages_alloc(&h->arena, want, 1, TROVE_SPAN_SMALL);
   if (sb == NULL) return NULL;
   _trove_sb_init(sb, cls);
   atomic_store_explicit(&sb->heap, h, memory_order_release);

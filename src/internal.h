@@ -245,6 +245,7 @@ TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
 /* ---------------------------------------------------------------- size classes (size_class.c) */
 extern uint32_t _trove_class_size[TROVE_CLASSES];
 extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superblock */
+extern uint16_t _trove_class_starter[TROVE_CLASSES];   /* the same, crowded (heap.c) */
 extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+15)>>4 -> class */
 /* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
 extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];

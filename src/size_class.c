@@ -5,6 +5,7 @@
 
 uint32_t _trove_class_size[TROVE_CLASSES];
 uint16_t _trove_class_pages[TROVE_CLASSES];
+uint16_t _trove_class_starter[TROVE_CLASSES];
 uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
 uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
@@ -41,6 +42,14 @@ void _trove_size_classes_init(void) {
            (pages * TROVE_PAGE_SIZE) % bs > (pages * TROVE_PAGE_SIZE) / 8)
       pages++;
     _trove_class_pages[c] = (uint16_t)pages;
+    /* A heap's first superblock of a class when threads crowd the CPUs (heap.c,
+     * find_superblock_rest): the fewest pages that hold 2 blocks with at most 1/8 lost in
+     * the tail, at most the class's length. */
+    size_t start = 1;
+    while (start < pages && (start * TROVE_PAGE_SIZE < 2 * bs ||
+                             (start * TROVE_PAGE_SIZE) % bs > (start * TROVE_PAGE_SIZE) / 8))
+      start++;
+    _trove_class_starter[c] = (uint16_t)start;
   }
   for (size_t i = 0; i < (TROVE_SMALL_MAX >> 7); i++)
     _trove_class_mid[i] = (uint8_t)_trove_size_class((i + 1) << 7);

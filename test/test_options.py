@@ -178,6 +178,14 @@ check("workers that end hand back what they held, with no later allocator call",
 p = run("tasks", TROVE_PURGE_DELAY_MS=40)
 check("short-lived threads leave their memory parked for the next",
       p.returncode == 0 and value(p.stdout, "resident_kib") >= 4096, p.stdout[:300])
+# threads that hold one 1 KiB block each: a heap's first superblock of the class is 32 blocks
+# long, or 8 once there are more than 8 live threads per CPU
+p = run("uncrowded")
+check("a few threads: first superblocks of the usual length",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 32, p.stdout[:200])
+p = run("crowded")
+check("more than 8 threads per CPU: short first superblocks",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") < 24, p.stdout[:200])
 p = run(TROVE_SHOW_STATS=1)
 check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])
 p = run(TROVE_VERBOSE=1)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "trove.h"
 
 static void sleep_ms(long ms) {
@@ -71,6 +72,18 @@ static void *churn_worker(void *arg) {
     const char *d = getenv("TROVE_PURGE_DELAY_MS");
     sleep_ms(5 * (d ? atol(d) : 250));
   }
+  return NULL;
+}
+
+/* A thread of the "crowded" probe: one 1000-byte block (the 1 KiB class), held until all
+ * threads have theirs. */
+static pthread_barrier_t crowd_bar;
+static void *crowd_worker(void *arg) {
+  (void)arg;
+  void *p = trove_malloc(1000);
+  pthread_barrier_wait(&crowd_bar);
+  pthread_barrier_wait(&crowd_bar);
+  trove_free(p);
   return NULL;
 }
 
@@ -214,6 +227,28 @@ int main(int argc, char **argv) {
     trove_stats_get(&st);
     printf("kept_kib=%zu\nresident_kib=%zu\n",
            (st.dirty_page_bytes + st.medium_cached_bytes) >> 10, st.resident >> 10);
+  } else if (strcmp(mode, "crowded") == 0 || strcmp(mode, "uncrowded") == 0) {
+    /* Threads that each hold one block of the 1 KiB class: 4 of them, or more than 8 per
+     * CPU (then a heap's first superblock of a class is a short run: 8 blocks, not 32). */
+    long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    int n = strcmp(mode, "crowded") == 0 ? (int)(16 * (cpus > 0 ? cpus : 1) + 16) : 4;
+    pthread_t *t = malloc(sizeof *t * (size_t)n);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_barrier_init(&crowd_bar, NULL, (unsigned)n + 1);
+    int made = 0;
+    while (made < n && pthread_create(&t[made], &attr, crowd_worker, NULL) == 0) made++;
+    if (made < n) return 1;
+    pthread_barrier_wait(&crowd_bar);
+    trove_stats_get(&st);
+    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
+      if (st.classes[c].block_size == 1024)
+        printf("blocks_per_superblock=%zu\n",
+               st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
+    pthread_barrier_wait(&crowd_bar);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    free(t);
   } else if (strcmp(mode, "phases") == 0) {
     /* One thread in phases: 32 MiB of small blocks allocated, then all freed, 8 times (a
      * batch job, a compiler pass, a request that builds a large structure). The cap covers
