@@ -8,9 +8,10 @@
  * -t t starts t x --conns connection threads (default 100 per t: 100-800 threads). Each
  * allocates --held blocks (16) and waits until all threads have theirs; then it serves
  * --requests requests (2,000): a request allocates 2-8 temporaries, writes them, frees them
- * in reverse order, and replaces one held block. Then all wait again (every thread still
- * holding its blocks), free what they hold and exit. Sizes: 3 in 4 blocks 16-256 B, 1 in 5
- * 256 B - 4 KiB, 1 in 20 4-16 KiB. Result: time (s, the requests), throughput (requests per
+ * in reverse order, and replaces one held block; one request in 16 also reads into a buffer
+ * of 64-256 KiB (one byte written per 4 KiB) that it frees. Then all wait again (every thread
+ * still holding its blocks), free what they hold and exit. Sizes: 3 in 4 blocks 16-256 B,
+ * 1 in 5 256 B - 4 KiB, 1 in 20 4-16 KiB. Result: time (s, the requests), throughput (requests per
  * second, all threads) and peak_rss.
  */
 #include "bench_util.h"
@@ -44,6 +45,13 @@ static void *worker(void *arg) {
   for (long r = 0; r < G.requests; r++) {
     int n = 2 + (int)bu_rand_below(&rng, 7);
     for (int i = 0; i < n; i++) tmp[i] = bu_alloc_stamped(pick_size(&rng));
+    if (bu_rand_below(&rng, 16) == 0) {        /* an I/O buffer of 64-256 KiB */
+      size_t size = (size_t)bu_rand_range(&rng, 64 << 10, 256 << 10);
+      char *buf = malloc(size);
+      bu_need(buf, size);
+      bu_stamp_pages(buf, size);
+      free(buf);
+    }
     for (int i = n - 1; i >= 0; i--) bu_free_checked(tmp[i]);
     long j = (long)bu_rand_below(&rng, (uint64_t)G.held);
     bu_free_checked(held[j]);
