@@ -600,11 +600,8 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
 
 static size_t mcache_bin(size_t npages) { return npages - TROVE_MCACHE_MIN_PAGES; }
 
-/* The fixed part: 2 MiB, but the live threads' fixed parts together at most 8 MiB per CPU
- * (tcmalloc bounds its thread caches' total the same way). A thread per connection that
- * reads into buffers of 100-200 KiB kept them all: 200 threads, each done with 4 such
- * buffers, held 155 MiB (glibc 19.6, jemalloc 16.8, tcmalloc 94, mimalloc 305). With 4
- * threads per CPU or fewer, as in every benchmark of the suite, each keeps its 2 MiB. */
+/* CPUs in the affinity mask, read once (the thread-count rules below and in
+ * find_superblock_rest compare live heaps with it). */
 static size_t ncpus(void) {
   static _Atomic size_t n;
   size_t v = atomic_load_explicit(&n, memory_order_relaxed);
@@ -615,6 +612,11 @@ static size_t ncpus(void) {
   return v;
 }
 
+/* The fixed part: 2 MiB, but the live threads' fixed parts together at most 8 MiB per CPU
+ * (tcmalloc bounds its thread caches' total the same way). A thread per connection that
+ * reads into buffers of 100-200 KiB kept them all: 200 threads, each done with 4 such
+ * buffers, held 155 MiB (glibc 19.6, jemalloc 16.8, tcmalloc 94, mimalloc 305). With 4
+ * threads per CPU or fewer, as in every benchmark of the suite, each keeps its 2 MiB. */
 static size_t mcache_fixed(void) {
   size_t b = TROVE_MCACHE_FIXED * 4 * ncpus();
   size_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
@@ -902,7 +904,7 @@ static void heap_abandon(trove_heap_t *h) {
  * would take its heap over within milliseconds) hands its superblocks and medium runs back
  * as it exits; and when its exit leaves one thread or none with a heap, the process has gone
  * from parallel to serial work, and everything free is purged at once (the parked heaps of
- * short-lived threads too): 55 -> 3.2 MiB in that test. */
+ * short-lived threads too): 55 -> 2.3 MiB in that test. */
 static void heaps_expire(bool all);
 void _trove_heap_thread_done(void *arg) {
   trove_heap_t *h = arg;
