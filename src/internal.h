@@ -384,6 +384,7 @@ size_t _trove_pages_arenas(size_t *in_use) TROVE_HIDDEN;        /* how many; wit
 /* superblock.c */
 void _trove_sb_init(trove_sb_t *sb, size_t cls) TROVE_HIDDEN;
 bool _trove_sb_extend(trove_sb_t *sb) TROVE_HIDDEN;
+void *_trove_sb_carve_one(trove_sb_t *sb) TROVE_HIDDEN;   /* extend, then pop the first */
 uint32_t _trove_sb_collect(trove_sb_t *sb) TROVE_HIDDEN;   /* thread_free -> local_free */
 void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) TROVE_HIDDEN;
 

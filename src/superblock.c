@@ -69,6 +69,18 @@ bool _trove_sb_extend(trove_sb_t *sb) {
   return true;
 }
 
+/* Carve and hand out the first new block: the slow path of a malloc whose current superblock
+ * ran out of free blocks but not of run (the caller checked carved < capacity * bsize). A
+ * tail call from _trove_malloc_generic, which so saves no register. */
+void *_trove_sb_carve_one(trove_sb_t *sb) {
+  _trove_sb_extend(sb);
+  trove_block_t *b = sb->free;
+  sb->free = b->next;
+  sb->slack++;
+  b->tag = 0;
+  return b;
+}
+
 /* An empty superblock (no live block, nothing in thread_free) taken up by a heap other than
  * the one that emptied it: forget its free list and carve it again, so that its blocks go
  * out in address order and are written before they are read (the list, in the order the
