@@ -179,7 +179,7 @@ static void sb_to_page_heap(trove_sb_t *sb) { _trove_pages_free(sb); }
  * is its heap, to the pool as they are, while _trove_pages_may_keep allows), others to the
  * pool. */
 static void sb_release_to(trove_sb_t *sb, bool reclaim, trove_heap_t *keeper) {
-  sb->reclaim = reclaim;
+  __atomic_store_n(&sb->reclaim, reclaim, __ATOMIC_RELAXED);
   sb->slack -= (int32_t)_trove_sb_collect(sb);
   bool empty = _trove_sb_used(sb) == 0;
   /* Only superblocks of 32 blocks or more: carving a few large blocks again costs less than
@@ -288,7 +288,7 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
     sb->slack -= (int32_t)_trove_sb_collect(sb);
     if (_trove_sb_used(sb) < (int32_t)sb->capacity) {
       atomic_store_explicit(&sb->heap, h, memory_order_release);
-      sb->reclaim = 0;
+      __atomic_store_n(&sb->reclaim, 0, __ATOMIC_RELAXED);
       found = sb;
       break;
     }
@@ -307,7 +307,8 @@ void _trove_pool_sweep(void) {
   trove_sb_t *empty = NULL;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     trove_pool_t *pool = &_trove_pool[c];
-    if (pool->avail == NULL && pool->full == NULL) continue;   /* racy peek: a hint */
+    /* Every class's lock, even where its lists are empty: the sweep runs at most every half
+     * purge delay, and a peek at the lists without the lock was a data race. */
     _trove_lock(&pool->lock, TROVE_LOCK_POOL);
     bool full_walk = (++pool->sweeps & 7) == 0;
     for (trove_sb_t *sb = pool->full, *next; sb; sb = next) {
@@ -722,18 +723,18 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   bool adopted = false;
   pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
-  if (sb->state == TROVE_SB_POOL && sb->reclaim &&
+  if (sb->state == TROVE_SB_POOL && __atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) &&
       atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
     pool_unlink(sb);
     sb->slack -= (int32_t)_trove_sb_collect(sb);
     atomic_store_explicit(&sb->heap, h, memory_order_release);
+    __atomic_store_n(&sb->reclaim, 0, __ATOMIC_RELAXED);
+    sb->state = TROVE_SB_FULL;             /* the local free below files it where it belongs */
     adopted = true;
   }
   pthread_mutex_unlock(lock);
   if (!adopted) return false;
   h->c.adopted++;
-  sb->reclaim = 0;
-  sb->state = TROVE_SB_FULL;               /* the local free below files it where it belongs */
   _trove_sb_set_trigger(sb, (int32_t)sb->capacity + 1);
   list_push(&h->lists[sb->cls].full, sb);
   free_local(h, sb, b);
@@ -759,7 +760,7 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
     return;
   }
   if (owner != NULL) push_remote(owner, b);
-  else if (!(sb->reclaim && reclaim_on_free(sb, b))) {
+  else if (!(__atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && reclaim_on_free(sb, b))) {
     pool_free_block(sb, b);
     freed_into_pool = true;
   }
