@@ -58,7 +58,10 @@ void _trove_lock_wait(pthread_mutex_t *m) {
 }
 
 /* ------------------------------------------------------------------ fork */
+void _trove_shared_fork_prepare(void) TROVE_HIDDEN;
+void _trove_shared_fork_parent(void) TROVE_HIDDEN;
 static void fork_prepare(void) {
+  _trove_shared_fork_prepare();      /* before the others: taken first in heap.c too */
   pthread_mutex_lock(&_trove_heaps_lock);
   for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_pool[c].lock);
   _trove_pages_lock_all();
@@ -70,6 +73,7 @@ static void fork_parent(void) {
   _trove_pages_unlock_all();
   for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_pool[c].lock);
   pthread_mutex_unlock(&_trove_heaps_lock);
+  _trove_shared_fork_parent();
 }
 
 static void fork_child(void) {

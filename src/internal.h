@@ -309,7 +309,8 @@ typedef struct trove_heap_s {
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */
-  bool alive;                              /* a thread runs on it */
+  bool alive;                              /* a thread runs on it (or it is shared) */
+  bool shared;                             /* a heap threads share (heap.c, shared heaps) */
   bool orphan;                             /* its thread vanished in a fork: never reused */
   bool expiring;                           /* a sweep is handing its superblocks back */
   uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */

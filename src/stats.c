@@ -86,7 +86,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   pthread_mutex_lock(&_trove_heaps_lock);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     st->heaps_created++;
-    if (h->alive) st->threads++;
+    if (h->alive && !h->shared) st->threads++;
     st->remote_frees += h->c.remote_frees;
     st->slow_mallocs += h->c.slow_mallocs;
     st->superblocks_released += h->c.released;

@@ -186,6 +186,18 @@ check("a few threads: first superblocks of the usual length",
 p = run("crowded")
 check("more than 8 threads per CPU: short first superblocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") < 24, p.stdout[:200])
+p = run("unshared")
+check("8 threads: a superblock of the 3 KiB class each (2 blocks)",
+      p.returncode == 0 and value(p.stdout, "superblocks") >= 8, p.stdout[:300])
+p = run("shared")
+n = value(p.stdout, "threads") if p.returncode == 0 else 0
+check("hundreds of threads: the classes above 2 KiB come from shared heaps",
+      p.returncode == 0 and value(p.stdout, "superblocks") <= n // 2
+      and value(p.stdout, "in_use_blocks") >= 2 * n, p.stdout[:300] + p.stderr[:300])
+check("shared heaps: a child forked meanwhile allocates", value(p.stdout, "child_ok") == 1,
+      p.stdout[:300])
+check("shared heaps: the blocks other threads freed are collected",
+      value(p.stdout, "in_use_after") == 0, p.stdout[:300])
 p = run(TROVE_SHOW_STATS=1)
 check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])
 p = run(TROVE_VERBOSE=1)

@@ -2,6 +2,8 @@
  * figures the test compares, then the statistics (which list the options in force). Linked
  * with libtrove_noov; options come from the environment as in any trove process. */
 #include <pthread.h>
+#include <stdint.h>
+#include <sys/wait.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +86,38 @@ static void *crowd_worker(void *arg) {
   pthread_barrier_wait(&crowd_bar);
   pthread_barrier_wait(&crowd_bar);
   trove_free(p);
+  return NULL;
+}
+
+/* Threads of the "shared" probe: each allocates 2 blocks of 3000 bytes (the 3 KiB class,
+ * shared between threads when they crowd the CPUs), and once all have theirs, frees the 2 of
+ * the next thread (remote frees into the shared heaps), allocates and frees 200 more, and
+ * exits. */
+#define SHARE_HELD 2
+static pthread_barrier_t share_bar;
+static void **share_blocks;
+static int share_n;
+static void *share_worker(void *arg) {
+  int i = (int)(intptr_t)arg;
+  trove_free(trove_malloc(16));              /* a heap of its own first */
+  pthread_barrier_wait(&share_bar);          /* then all allocate, crowded */
+  for (int k = 0; k < SHARE_HELD; k++) {
+    share_blocks[i * SHARE_HELD + k] = trove_malloc(3000);
+    if (share_blocks[i * SHARE_HELD + k]) memset(share_blocks[i * SHARE_HELD + k], i & 0xff, 3000);
+  }
+  pthread_barrier_wait(&share_bar);
+  pthread_barrier_wait(&share_bar);          /* main reads the statistics in between */
+  int j = (i + 1) % share_n;
+  for (int k = 0; k < SHARE_HELD; k++) {
+    unsigned char *b = share_blocks[j * SHARE_HELD + k];
+    if (b && (b[0] != (j & 0xff) || b[2999] != (j & 0xff))) abort();   /* overwritten */
+    trove_free(b);
+  }
+  for (int r = 0; r < 200; r++) {
+    void *p = trove_malloc(1500 + (size_t)(r % 7) * 1000);
+    if (p) memset(p, 1, 1500);
+    trove_free(p);
+  }
   return NULL;
 }
 
@@ -249,6 +283,53 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&crowd_bar);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     free(t);
+  } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
+    /* More than max(63, 8 per CPU) threads with a heap: the classes above 2 KiB come from
+     * heaps the threads share, so far fewer superblocks of the 3 KiB class than threads;
+     * then they free each other's blocks and exit, and a fork and trove_collect follow. */
+    long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    long crowd = 8 * (cpus > 0 ? cpus : 1);
+    int n = strcmp(mode, "shared") == 0 ? (int)(crowd > 63 ? crowd : 63) + 16 : 8;
+    share_n = n;
+    share_blocks = malloc(sizeof(void *) * SHARE_HELD * (size_t)n);
+    pthread_t *t = malloc(sizeof *t * (size_t)n);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_barrier_init(&share_bar, NULL, (unsigned)n + 1);
+    int made = 0;
+    while (made < n && pthread_create(&t[made], &attr, share_worker, (void *)(intptr_t)made) == 0)
+      made++;
+    if (made < n) return 1;
+    pthread_barrier_wait(&share_bar);
+    pthread_barrier_wait(&share_bar);
+    trove_stats_get(&st);
+    size_t sbs = 0, used = 0;
+    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
+      if (st.classes[c].block_size == 3072) {
+        sbs = st.classes[c].superblocks;
+        used = st.classes[c].blocks_in_use;
+      }
+    printf("threads=%d\nsuperblocks=%zu\nin_use_blocks=%zu\n", n, sbs, used);
+    pid_t pid = fork();                      /* a child while the shared heaps are in use */
+    if (pid == 0) {
+      void *p = trove_malloc(3000);
+      trove_free(p);
+      _exit(p ? 0 : 3);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    printf("child_ok=%d\n", WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    pthread_barrier_wait(&share_bar);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    trove_collect();
+    trove_stats_get(&st);
+    used = 0;
+    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
+      if (st.classes[c].block_size == 3072) used = st.classes[c].blocks_in_use;
+    printf("in_use_after=%zu\n", used);
+    free(t);
+    free(share_blocks);
   } else if (strcmp(mode, "phases") == 0) {
     /* One thread in phases: 32 MiB of small blocks allocated, then all freed, 8 times (a
      * batch job, a compiler pass, a request that builds a large structure). The cap covers
