@@ -726,8 +726,9 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   bool adopted = false;
   pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
-  if (sb->state == TROVE_SB_POOL && __atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) &&
-      atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
+  /* The owner first: once a heap has adopted it, its state is that heap's to write. */
+  if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL &&
+      __atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && sb->state == TROVE_SB_POOL) {
     pool_unlink(sb);
     sb->slack -= (int32_t)_trove_sb_collect(sb);
     atomic_store_explicit(&sb->heap, h, memory_order_release);
