@@ -121,6 +121,17 @@ static void *share_worker(void *arg) {
   return NULL;
 }
 
+/* Start n threads with small stacks, each given its index; NULL if not all could start. */
+static pthread_t *start_threads(int n, void *(*fn)(void *)) {
+  pthread_t *t = malloc(sizeof *t * (size_t)n);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  int made = 0;
+  while (t && made < n && pthread_create(&t[made], &attr, fn, (void *)(intptr_t)made) == 0) made++;
+  return made == n ? t : NULL;
+}
+
 /* A second thread with a heap, blocked until told to exit: superblocks released to the
  * shared pool are for other threads to adopt, so trove releases them only while one runs. */
 static pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -266,14 +277,9 @@ int main(int argc, char **argv) {
      * CPU (then a heap's first superblock of a class is a short run: 8 blocks, not 32). */
     long cpus = sysconf(_SC_NPROCESSORS_CONF);
     int n = strcmp(mode, "crowded") == 0 ? (int)(16 * (cpus > 0 ? cpus : 1) + 16) : 4;
-    pthread_t *t = malloc(sizeof *t * (size_t)n);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
     pthread_barrier_init(&crowd_bar, NULL, (unsigned)n + 1);
-    int made = 0;
-    while (made < n && pthread_create(&t[made], &attr, crowd_worker, NULL) == 0) made++;
-    if (made < n) return 1;
+    pthread_t *t = start_threads(n, crowd_worker);
+    if (t == NULL) return 1;
     pthread_barrier_wait(&crowd_bar);
     trove_stats_get(&st);
     for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
@@ -292,15 +298,9 @@ int main(int argc, char **argv) {
     int n = strcmp(mode, "shared") == 0 ? (int)(crowd > 63 ? crowd : 63) + 16 : 8;
     share_n = n;
     share_blocks = malloc(sizeof(void *) * SHARE_HELD * (size_t)n);
-    pthread_t *t = malloc(sizeof *t * (size_t)n);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
     pthread_barrier_init(&share_bar, NULL, (unsigned)n + 1);
-    int made = 0;
-    while (made < n && pthread_create(&t[made], &attr, share_worker, (void *)(intptr_t)made) == 0)
-      made++;
-    if (made < n) return 1;
+    pthread_t *t = start_threads(n, share_worker);
+    if (t == NULL) return 1;
     pthread_barrier_wait(&share_bar);
     pthread_barrier_wait(&share_bar);
     trove_stats_get(&st);
