@@ -1094,8 +1094,11 @@ typedef struct {
 static trove_shared_t shared[SHARED_MAX];
 static uint64_t shared_forked;   /* fork: the shared heaps whose locks fork_prepare holds */
 
-/* Threads past which classes above 1 KiB are shared: more than 8 per CPU and at least 64. */
+/* Live thread heaps past which the classes above 2 KiB are shared: TROVE_SHARED_THREADS, or
+ * by default more than 8 per CPU and at least 64. */
 static uint32_t shared_threshold(void) {
+  long o = TROVE_OPT(SHARED_THREADS);
+  if (o > 0) return (uint32_t)o;
   size_t t = 8 * ncpus();
   return t > 63 ? (uint32_t)t : 63;
 }
