@@ -192,7 +192,12 @@ static void *alloc_aligned(size_t align, size_t size) {
   if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
     size_t cls = _trove_size_class(rounded);
     while (cls < TROVE_CLASSES && (_trove_class_size[cls] & (align - 1))) cls++;  /* align: 2^k */
-    if (cls < TROVE_CLASSES) return _trove_malloc_inline(_trove_class_size[cls]);
+    if (cls < TROVE_CLASSES) {
+      _trove_exact_class = true;           /* no block of a larger class (heap.c, borrow) */
+      void *p = _trove_malloc_inline(_trove_class_size[cls]);
+      _trove_exact_class = false;
+      return p;
+    }
   }
   _trove_init();
   void *p;

@@ -30,6 +30,7 @@ trove_heap_t _trove_heap_empty = {
 };
 __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))) =
     &_trove_heap_empty;
+__thread bool _trove_exact_class __attribute__((tls_model("initial-exec")));
 
 pthread_mutex_t _trove_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 trove_heap_t *_trove_heaps_all;
@@ -1203,17 +1204,50 @@ static void shared_fork_child(void) {
 /* ------------------------------------------------------------------ the malloc slow path */
 /* A superblock of class `cls` to allocate from: the fullest kinds first (Hoard), then the
  * pool, then an empty one, then fresh pages. */
-static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls);
-static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls) {
+static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls, void **lent);
+/* A superblock for class `cls` to become current; NULL with a block in `*lent` if a larger
+ * class lent one instead (see borrow), NULL alone when out of memory. */
+static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls, void **lent) {
   trove_sb_t *sb = h->lists[cls].partial;
   if (sb) {
     partial_unlink(&h->lists[cls], sb);
     return sb;
   }
-  return find_superblock_rest(h, cls);
+  return find_superblock_rest(h, cls, lent);
 }
 
-static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls) {
+/* Borrowing. A class that has used up its superblocks (one at least is full) and would now
+ * take fresh pages first takes a free block of one of the next two classes, at most a
+ * quarter larger, from its current superblock or the first partial one. In a wide mix of
+ * sizes the block count of each class rises and falls, and a class that keeps its own peak
+ * count carved holds that many blocks whatever the others do; borrowing lets one class's peak
+ * ride on a neighbour's trough. mtmalloctest (100 blocks of 16 B - 16 KiB per round, all
+ * freed) at 8 threads: peak RSS 14.7 -> 12.6 MiB (mimalloc 11.4, 4 classes per doubling).
+ * The block goes home on free like any other. Bounded: only two lists of each lender are
+ * looked at, so a class growing while its neighbours hold many free blocks borrows at most
+ * those lists' worth (each block through the slow path) each time it has filled a
+ * superblock, then takes fresh pages as before. Never for an aligned request (its class was picked for its alignment, and a larger
+ * class's blocks may be less aligned), nor in a shared heap. So a block is at most 1/8 (16 B
+ * up to 128 B) larger than the request, or a quarter when borrowed. */
+static void *borrow(trove_heap_t *h, size_t cls) {
+  if (_trove_exact_class) return NULL;
+  size_t bs = _trove_class_size[cls];
+  for (size_t c = cls + 1; c <= cls + 2 && c < TROVE_CLASSES; c++) {
+    if (_trove_class_size[c] > bs + bs / 4) break;
+    trove_sb_t *sb = h->cur[c];
+    trove_block_t *b = sb->free;             /* &_trove_sb_empty: none */
+    if (b == NULL && (sb = h->lists[c].partial) != NULL) b = sb->free;
+    if (b == NULL) continue;
+    sb->free = b->next;
+    sb->slack++;
+    b->tag = 0;
+    h->c.borrowed++;
+    return b;
+  }
+  return NULL;
+}
+
+static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls, void **lent) {
   trove_sb_t *sb;
   /* The fullest sparse superblock of this class, else an empty one of it, else (after the
    * pool) an empty one of the same length to carve again; the empty ones most recent first
@@ -1252,6 +1286,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
     _trove_sb_init(best, cls);
   }
   if (best) return best;
+  if (h->lists[cls].full != NULL && !h->shared && (*lent = borrow(h, cls)) != NULL) return NULL;
   /* Fresh pages: the empty pool superblocks of other classes go to the page heap first, so
    * that a program moving to other sizes reuses their pages (waiting for the sweep cost
    * blowup-rr 6% more peak RSS). */
@@ -1326,10 +1361,11 @@ static void *heap_alloc_small(trove_heap_t *h, size_t cls, bool share) {
       void *p = shared_malloc(h, cls, &served);
       if (served) return p;
     }
-    sb = find_superblock(h, cls);
+    void *lent = NULL;
+    sb = find_superblock(h, cls, &lent);
     if (sb == NULL) {
       set_current(h, cls, &_trove_sb_empty);
-      return NULL;
+      return lent;                         /* NULL: out of memory */
     }
     set_current(h, cls, sb);
   }

@@ -275,7 +275,7 @@ typedef struct trove_class_lists_s {
 } trove_class_lists_t;
 
 typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
-  size_t slow_mallocs, remote_frees, released, adopted, sb_fresh;
+  size_t slow_mallocs, remote_frees, released, adopted, sb_fresh, borrowed;
 } trove_heap_counters_t;
 
 typedef struct trove_heap_s {
@@ -325,6 +325,9 @@ typedef struct trove_heap_s {
 extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first malloc */
 extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */
 extern __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec")));
+/* Set around an aligned request (alloc.c): its class was picked for its alignment, so the
+ * slow path must not lend it a block of a larger class (heap.c, borrow). */
+extern __thread bool _trove_exact_class __attribute__((tls_model("initial-exec")));
 
 void *_trove_malloc_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;

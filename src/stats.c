@@ -91,6 +91,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
     st->slow_mallocs += h->c.slow_mallocs;
     st->superblocks_released += h->c.released;
     st->superblocks_adopted += h->c.adopted;
+    st->blocks_borrowed += h->c.borrowed;
   }
   pthread_mutex_unlock(&_trove_heaps_lock);
   st->held = atomic_load(&_trove_os_mapped);
@@ -137,8 +138,9 @@ TROVE_API void trove_stats_print(FILE *out) {
           st.medium_objects, st.large_objects, st.pool_superblocks);
   fprintf(out, "  threads %zu live / %zu heaps, slow mallocs %zu, remote frees %zu\n", st.threads,
           st.heaps_created, st.slow_mallocs, st.remote_frees);
-  fprintf(out, "  superblocks released %zu, adopted %zu; purges %zu (%zu KiB)\n",
-          st.superblocks_released, st.superblocks_adopted, st.purges, st.purged_bytes >> 10);
+  fprintf(out, "  superblocks released %zu, adopted %zu; blocks borrowed %zu; purges %zu (%zu KiB)\n",
+          st.superblocks_released, st.superblocks_adopted, st.blocks_borrowed, st.purges,
+          st.purged_bytes >> 10);
   fprintf(out, "  arenas %zu (%zu in use); locks found taken: pool %zu, page heap %zu\n",
           st.arenas, st.arenas_in_use, st.lock_waits_pool, st.lock_waits_pages);
   fprintf(out, "  %8s %10s %10s %8s %6s\n", "class", "in use", "capacity", "sblocks", "full%");

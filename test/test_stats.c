@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <stdbool.h>
 #include <time.h>
@@ -293,7 +294,52 @@ static void arenas_and_locks(void) {
   CHECK(b.lock_waits_pool >= a.lock_waits_pool && b.lock_waits_pages >= a.lock_waits_pages);
 }
 
+/* Borrowing (docs/DESIGN.md): once a class has filled a superblock and has no free block
+ * left, a malloc takes a free block of one of the next two classes (at most a quarter
+ * larger) before fresh pages; an aligned request never does. Class 5120 (superblocks of 6
+ * blocks) next to 5632, whose current superblock holds two freed blocks. */
+static void borrowing(void) {
+  enum { N = 32 };
+  void *lender[2], *own[N];
+  lender[0] = trove_malloc(5500);
+  lender[1] = trove_malloc(5500);
+  size_t lbs = trove_malloc_usable_size(lender[0]);
+  CHECK(lbs == 5632);
+  trove_free(lender[0]);
+  trove_free(lender[1]);
+  trove_stats_get(&st);
+  size_t borrowed0 = st.blocks_borrowed;
+  /* fill the class until a malloc is served by the lender */
+  int n = 0;
+  size_t us = 0;
+  while (n < N) {
+    own[n] = trove_malloc(5000);
+    CHECK(own[n] != NULL);
+    us = trove_malloc_usable_size(own[n]);
+    memset(own[n], 0x5a, us);
+    n++;
+    if (us != 5120) break;
+  }
+  printf("borrowing: block %d of 5000 B came from the %zu-byte class\n", n, us);
+  CHECK(us == lbs);                        /* borrowed, not fresh pages */
+  CHECK(us <= 5000 + 5000 / 4 + 16);
+  trove_stats_get(&st);
+  CHECK(st.blocks_borrowed == borrowed0 + 1);
+  /* an aligned request of the same class now takes fresh pages, not the lender's last block
+   * (5632-byte blocks are only 512-byte aligned) */
+  void *al = trove_memalign(1024, 5000);
+  CHECK(al != NULL && ((uintptr_t)al & 1023) == 0 && trove_malloc_usable_size(al) == 5120);
+  trove_stats_get(&st);
+  CHECK(st.blocks_borrowed == borrowed0 + 1);
+  trove_free(al);
+  for (int i = 0; i < n; i++) trove_free(own[i]);
+  trove_stats_get(&st);
+  CHECK(class_of(5632) == NULL || class_of(5632)->blocks_in_use == 0);
+  CHECK(class_of(5120) == NULL || class_of(5120)->blocks_in_use == 0);
+}
+
 int main(int argc, char **argv) {
+  borrowing();
   sparse_empty_given_back();
   single_thread_exact();
   purged_counted_once();
