@@ -140,7 +140,26 @@ static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
 }
 
 /* ------------------------------------------------------------------ pool */
-/* Pool lists are changed under their class's lock only. */
+/* Pool lists are changed under their class's lock only. A bit per class says whether its
+ * `avail` list has a superblock, so that a heap looking for one does not take the lock of an
+ * empty pool (a class that borrows, see borrow, looks every time). Written under the lock,
+ * read without it as a hint: a stale bit costs one malloc fresh pages, or an empty look. */
+static _Atomic uint64_t pool_avail_map[(TROVE_CLASSES + 63) / 64];
+
+static void pool_avail_changed(size_t cls) {   /* the pool lock is held */
+  uint64_t bit = (uint64_t)1 << (cls % 64);
+  _Atomic uint64_t *w = &pool_avail_map[cls / 64];
+  bool has = _trove_pool[cls].avail != NULL;
+  if (has != ((atomic_load_explicit(w, memory_order_relaxed) & bit) != 0)) {
+    if (has) atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+    else atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
+  }
+}
+
+static bool pool_may_have(size_t cls) {
+  return (atomic_load_explicit(&pool_avail_map[cls / 64], memory_order_relaxed) >> (cls % 64)) & 1;
+}
+
 static void pool_put_locked(trove_sb_t *sb) {
   sb->state = TROVE_SB_POOL;
   sb->pool_full = 0;
@@ -148,6 +167,7 @@ static void pool_put_locked(trove_sb_t *sb) {
   atomic_store_explicit(&sb->pool_live, _trove_sb_used(sb), memory_order_relaxed);
   atomic_store_explicit(&sb->heap, NULL, memory_order_release);
   list_push(&_trove_pool[sb->cls].avail, sb);
+  pool_avail_changed(sb->cls);
 }
 
 /* Empty superblocks that Hoard's K sent from a heap to the pool (sparse_release_emptiest):
@@ -174,6 +194,7 @@ static void pool_unlink(trove_sb_t *sb) {
   trove_pool_t *pool = &_trove_pool[sb->cls];
   list_remove(sb->pool_full ? &pool->full : &pool->avail, sb);
   sb->pool_full = 0;
+  pool_avail_changed(sb->cls);
   pool_empty_leaves(sb);
 }
 
@@ -215,6 +236,7 @@ static void sb_release(trove_sb_t *sb, bool reclaim) { sb_release_to(sb, reclaim
 /* Take an empty superblock off its class's `avail` list onto `*list` (the pool lock held). */
 static void pool_take_empty(trove_pool_t *pool, trove_sb_t *sb, trove_sb_t **list) {
   list_remove(&pool->avail, sb);
+  pool_avail_changed(sb->cls);
   pool_empty_leaves(sb);
   sb->next = *list;
   *list = sb;
@@ -299,6 +321,7 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
     list_push(&pool->full, sb);              /* no free block: out of the way until swept */
     sb->pool_full = 1;
   }
+  pool_avail_changed(cls);
   pthread_mutex_unlock(&pool->lock);
   if (found) h->c.adopted++;
   return found;
@@ -322,6 +345,7 @@ void _trove_pool_sweep(void) {
       list_push(&pool->avail, sb);             /* it has free blocks again */
       sb->pool_full = 0;
     }
+    pool_avail_changed(c);
     for (trove_sb_t *sb = pool->avail, *next; sb; sb = next) {
       next = sb->next;
       /* Mostly only where the count says it may be empty: collecting walks every block freed
@@ -1277,7 +1301,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
     }
     if (empty == NULL && sb->npages >= want && sb->npages <= pages) empty = sb;
   }
-  if (best == NULL && (best = pool_adopt(h, cls)) != NULL) return best;
+  if (best == NULL && pool_may_have(cls) && (best = pool_adopt(h, cls)) != NULL) return best;
   if (best) {
     sparse_remove(h, best);
   } else if (empty != NULL) {                /* an empty one of another class: re-carve */
