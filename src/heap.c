@@ -289,7 +289,9 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
   pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
   push_block(&sb->thread_free, b);
-  if (sb->state == TROVE_SB_POOL && atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL) {
+  /* The owner first: once a heap has adopted the superblock (under this lock), its state is
+   * that heap's to write, without the lock. */
+  if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL && sb->state == TROVE_SB_POOL) {
     sb->slack -= (int32_t)_trove_sb_collect(sb);
     if (_trove_sb_used(sb) == 0) {
       pool_unlink(sb);
