@@ -1229,7 +1229,7 @@ static void shared_fork_child(void) {
 
 /* ------------------------------------------------------------------ the malloc slow path */
 /* A superblock of class `cls` to allocate from: the fullest kinds first (Hoard), then the
- * pool, then an empty one, then fresh pages. */
+ * pool, then an empty one, then (after a borrowed block, see borrow) fresh pages. */
 static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls, void **lent);
 /* A superblock for class `cls` to become current; NULL with a block in `*lent` if a larger
  * class lent one instead (see borrow), NULL alone when out of memory. */
@@ -1252,9 +1252,10 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls, void **lent) {
  * The block goes home on free like any other. Bounded: only two lists of each lender are
  * looked at, so a class growing while its neighbours hold many free blocks borrows at most
  * those lists' worth (each block through the slow path) each time it has filled a
- * superblock, then takes fresh pages as before. Never for an aligned request (its class was picked for its alignment, and a larger
- * class's blocks may be less aligned), nor in a shared heap. So a block is at most 1/8 (16 B
- * up to 128 B) larger than the request, or a quarter when borrowed. */
+ * superblock, then takes fresh pages as before. Never for an aligned request (its class was
+ * picked for its alignment, and a larger class's blocks may be less aligned), nor in a shared
+ * heap. So a block is at most 1/8 (16 B up to 128 B) larger than the request, or a quarter
+ * when borrowed. */
 static void *borrow(trove_heap_t *h, size_t cls) {
   if (_trove_exact_class) return NULL;
   size_t bs = _trove_class_size[cls];

@@ -138,7 +138,8 @@ TROVE_API void trove_stats_print(FILE *out) {
           st.medium_objects, st.large_objects, st.pool_superblocks);
   fprintf(out, "  threads %zu live / %zu heaps, slow mallocs %zu, remote frees %zu\n", st.threads,
           st.heaps_created, st.slow_mallocs, st.remote_frees);
-  fprintf(out, "  superblocks released %zu, adopted %zu; blocks borrowed %zu; purges %zu (%zu KiB)\n",
+  fprintf(out,
+          "  superblocks released %zu, adopted %zu; blocks borrowed %zu; purges %zu (%zu KiB)\n",
           st.superblocks_released, st.superblocks_adopted, st.blocks_borrowed, st.purges,
           st.purged_bytes >> 10);
   fprintf(out, "  arenas %zu (%zu in use); locks found taken: pool %zu, page heap %zu\n",
