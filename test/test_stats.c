@@ -2,7 +2,9 @@
  * C library's own allocations do not show: in one thread the counters must match a known
  * sequence of allocations exactly; under threads they must stay within bounds; the heap map
  * must be valid JSON (checked by test_heapmap.py) and account for every superblock. */
+#define _GNU_SOURCE   /* sched_getaffinity */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -191,6 +193,46 @@ static void medium_cache(void) {
   CHECK(st.medium_cached_bytes == 0);
 }
 
+/* Past 8 live threads per CPU (a thread per connection) a freed medium run goes back to the
+ * page heap, where any thread's malloc can reuse it, instead of the freeing thread's cache;
+ * once those threads are gone, the thread caches its runs again. */
+static pthread_barrier_t crowd_bar;
+static void *crowd_thread(void *arg) {
+  (void)arg;
+  trove_free(trove_malloc(40));        /* a thread heap of its own: one more live thread */
+  pthread_barrier_wait(&crowd_bar);    /* all started */
+  pthread_barrier_wait(&crowd_bar);    /* main has looked */
+  return NULL;
+}
+
+static void medium_cache_crowded(void) {
+  cpu_set_t set;
+  int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  int n = 8 * (ncpu > 0 ? ncpu : 1) + 1;
+  pthread_t *tid = malloc(sizeof *tid * (size_t)n);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  CHECK(tid != NULL && pthread_barrier_init(&crowd_bar, NULL, (unsigned)n + 1) == 0);
+  for (int i = 0; i < n; i++) CHECK(pthread_create(&tid[i], &attr, crowd_thread, NULL) == 0);
+  pthread_barrier_wait(&crowd_bar);
+  trove_collect();
+  void *b = trove_malloc(100 * 1024);
+  trove_free(b);
+  trove_stats_get(&st);
+  CHECK(st.medium_cached_bytes == 0);  /* n + 1 live threads: no fixed part */
+  pthread_barrier_wait(&crowd_bar);
+  for (int i = 0; i < n; i++) CHECK(pthread_join(tid[i], NULL) == 0);
+  pthread_barrier_destroy(&crowd_bar);
+  pthread_attr_destroy(&attr);
+  free(tid);
+  b = trove_malloc(100 * 1024);
+  trove_free(b);
+  trove_stats_get(&st);
+  CHECK(st.medium_cached_bytes == 104 * 1024);   /* alone again: the 13-page run is kept */
+  trove_collect();
+}
+
 /* Threads pass blocks to each other; while they run the totals stay within what exists. */
 enum { T = 4, PER = 20000 };
 static void *blocks[T][PER];
@@ -344,6 +386,7 @@ int main(int argc, char **argv) {
   single_thread_exact();
   purged_counted_once();
   medium_cache();
+  medium_cache_crowded();
   arenas_and_locks();
   no_headers();
   no_false_sharing();
