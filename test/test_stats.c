@@ -193,6 +193,34 @@ static void medium_cache(void) {
   CHECK(st.medium_cached_bytes == 0);
 }
 
+/* realloc's headroom: growth by less than a quarter gets a quarter more room (two classes
+ * up), except across 8 KiB, where it stops at 8 KiB (Redis grows list nodes up to 8 KiB by
+ * appends); a block already past 8 KiB gets its quarter again; a larger step gets what it
+ * asks for; a medium run gets none. */
+static size_t grown(size_t from, size_t to) {
+  void *p = trove_malloc(from);
+  CHECK(p != NULL);
+  size_t before = trove_malloc_usable_size(p);
+  void *q = trove_realloc(p, to);
+  CHECK(q != NULL && q != p);            /* each case must move */
+  size_t u = trove_malloc_usable_size(q);
+  CHECK(u >= to && before < to);
+  trove_free(q);
+  return u;
+}
+
+static void realloc_headroom(void) {
+  CHECK(grown(1024, 1030) == 1280);
+  CHECK(grown(1024, 2000) == 2048);      /* vectors and doubling: what they ask for */
+  CHECK(grown(6144, 6200) == 7680);      /* a quarter, still within 8 KiB */
+  CHECK(grown(7168, 7200) == 8192);      /* crossing 8 KiB: 8 KiB at most */
+  CHECK(grown(8192, 8200) == 10240);     /* past 8 KiB: a quarter again */
+  CHECK(grown(12288, 12300) == 15360);
+  void *m = trove_realloc(trove_malloc(100 * 1024), 100 * 1024 + 100);   /* moved or not */
+  CHECK(m != NULL && trove_malloc_usable_size(m) == 104 * 1024);         /* medium: none */
+  trove_free(m);
+}
+
 /* Past 8 live threads per CPU (a thread per connection) a freed medium run goes back to the
  * page heap, where any thread's malloc can reuse it, instead of the freeing thread's cache;
  * once those threads are gone, the thread caches its runs again. */
@@ -387,6 +415,7 @@ int main(int argc, char **argv) {
   purged_counted_once();
   medium_cache();
   medium_cache_crowded();
+  realloc_headroom();
   arenas_and_locks();
   no_headers();
   no_false_sharing();
