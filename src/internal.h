@@ -318,6 +318,7 @@ typedef struct trove_heap_s {
   uint32_t id;
   trove_arena_ref_t arena;                 /* the page heap arena it takes runs from */
   trove_heap_counters_t c;
+  uint8_t first_borrows[TROVE_CLASSES];    /* heap.c, borrow: with threads crowding the CPUs */
   struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */
   struct trove_heap_s *next_free;          /* heaps of exited threads, for reuse */
 } trove_heap_t;

@@ -222,8 +222,9 @@ static void realloc_headroom(void) {
 }
 
 /* Past 8 live threads per CPU (a thread per connection) a freed medium run goes back to the
- * page heap, where any thread's malloc can reuse it, instead of the freeing thread's cache;
- * once those threads are gone, the thread caches its runs again. */
+ * page heap, where any thread's malloc can reuse it, instead of the freeing thread's cache,
+ * and a thread's first blocks of a class may be borrowed; once those threads are gone, the
+ * thread caches its runs again and a class takes a superblock of its own at once. */
 static pthread_barrier_t crowd_bar;
 static void *crowd_thread(void *arg) {
   (void)arg;
@@ -231,6 +232,31 @@ static void *crowd_thread(void *arg) {
   pthread_barrier_wait(&crowd_bar);    /* all started */
   pthread_barrier_wait(&crowd_bar);    /* main has looked */
   return NULL;
+}
+
+/* A thread's first blocks of a class it has no superblock of: while threads crowd the CPUs,
+ * borrowed from the next class (a 288-byte class block from the 320 one); else its own. */
+static void *first_block_thread(void *arg) {
+  void *a = trove_malloc(300);                          /* class 320: a superblock of its own */
+  size_t before = st.blocks_borrowed;
+  void *b = trove_malloc(270);
+  size_t got = trove_malloc_usable_size(b);
+  trove_stats_t s2;
+  trove_stats_get(&s2);
+  *(bool *)arg = got == 320 && s2.blocks_borrowed == before + 1;
+  if (!*(bool *)arg) CHECK(got == 288);
+  trove_free(b);
+  trove_free(a);
+  return NULL;
+}
+
+static bool first_block_borrowed(void) {
+  bool borrowed = false;
+  pthread_t t;
+  trove_stats_get(&st);
+  CHECK(pthread_create(&t, NULL, first_block_thread, &borrowed) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  return borrowed;
 }
 
 static void medium_cache_crowded(void) {
@@ -249,6 +275,7 @@ static void medium_cache_crowded(void) {
   trove_free(b);
   trove_stats_get(&st);
   CHECK(st.medium_cached_bytes == 0);  /* n + 1 live threads: no fixed part */
+  CHECK(first_block_borrowed());
   pthread_barrier_wait(&crowd_bar);
   for (int i = 0; i < n; i++) CHECK(pthread_join(tid[i], NULL) == 0);
   pthread_barrier_destroy(&crowd_bar);
@@ -258,6 +285,7 @@ static void medium_cache_crowded(void) {
   trove_free(b);
   trove_stats_get(&st);
   CHECK(st.medium_cached_bytes == 104 * 1024);   /* alone again: the 13-page run is kept */
+  CHECK(!first_block_borrowed());
   trove_collect();
 }
 
