@@ -434,6 +434,7 @@ void _trove_os_close(int fd) TROVE_HIDDEN;
 void _trove_os_set_enomem(void) TROVE_HIDDEN;
 size_t _trove_os_page_size(void) TROVE_HIDDEN;
 size_t _trove_os_ncpus(void) TROVE_HIDDEN;                       /* CPUs we may run on, >= 1 */
+int _trove_os_cpu(void) TROVE_HIDDEN;                            /* now; -1 if unknown */
 /* bytes mapped and purged, for stats (relaxed atomics, slow paths only) */
 extern _Atomic size_t _trove_os_mapped, _trove_os_purged_now, _trove_os_peak_mapped;
 extern _Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;

@@ -137,6 +137,14 @@ uint64_t _trove_os_random(void) {
 
 size_t _trove_os_page_size(void) { return 4096; }
 
+/* The CPU the calling thread runs on now, or -1: glibc's sched_getcpu, which reads it through
+ * the vDSO (or rdpid) without a system call. A hint only: the thread may move at once. */
+int _trove_os_cpu(void) {
+  int saved = errno, c = sched_getcpu();
+  errno = saved;
+  return c;
+}
+
 /* The CPUs this process may run on (its affinity mask, as taskset or a container sets it):
  * one system call, no allocation, so it is safe during early init. */
 size_t _trove_os_ncpus(void) {
