@@ -302,12 +302,26 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
   if (empty) sb_to_page_heap(sb);
 }
 
-/* Take a pool superblock of class `cls` with a free block, or NULL. */
+/* Take a pool superblock of class `cls` with a free block, or NULL. An empty one that this
+ * heap released itself first, if one of the first POOL_OWN_LOOK is: it lies in this heap's
+ * arena's segments, whose header lines (descriptors, page map) the other threads' superblocks
+ * do not share, its blocks may still be in this core's cache, and an empty one needs no
+ * re-carving. Taking the head alone, two threads that each fill and empty more than K's
+ * worth of 64-byte blocks (threadtest-64 at 2 threads on 2 cores) swapped superblocks
+ * through the pool every round: 0.168 s, now 0.153 (mimalloc 0.152; 7 interleaved runs);
+ * phases, xmalloc, threadtest, mtmalloctest, shbench-large, larson and blowup level. */
+#define POOL_OWN_LOOK 8
 static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
   trove_pool_t *pool = &_trove_pool[cls];
   trove_sb_t *found = NULL;
   _trove_lock(&pool->lock, TROVE_LOCK_POOL);
   for (trove_sb_t *sb; (sb = pool->avail) != NULL;) {
+    unsigned k = 0;
+    for (trove_sb_t *o = sb; o != NULL && k < POOL_OWN_LOOK; o = o->next, k++)
+      if (o->pool_empty && o->released_by == (uintptr_t)h) {
+        sb = o;
+        break;
+      }
     list_remove(&pool->avail, sb);
     if (sb->pool_empty) {
       if (sb->released_by != (uintptr_t)h) _trove_sb_recarve(sb);
