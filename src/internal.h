@@ -366,6 +366,8 @@ extern trove_heap_t *_trove_heaps_all;
 
 /* ---------------------------------------------------------------- segments and page heap */
 trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* arena lock held */
+void _trove_segment_unreserve(void) TROVE_HIDDEN;  /* out of memory: unmap what is mapped ahead */
+extern pthread_mutex_t _trove_segment_lock;        /* after the arena locks; fork takes it */
 void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
 void _trove_pages_init(void) TROVE_HIDDEN;
 size_t _trove_pages_used(void) TROVE_HIDDEN;   /* pages in runs handed out (relaxed: a hint) */
@@ -417,6 +419,12 @@ extern pthread_mutex_t _trove_large_lock;
 void *_trove_os_map(size_t size) TROVE_HIDDEN;                   /* NULL on failure */
 void *_trove_os_map_aligned(size_t size, size_t align) TROVE_HIDDEN;
 void _trove_os_unmap(void *p, size_t size) TROVE_HIDDEN;
+/* Address space mapped ahead (segment.c's reservation): not counted as held from the OS
+ * until _trove_os_count_mapped says a part of it is in use; _trove_os_unmap gives that part
+ * back, _trove_os_unreserve the rest. */
+void *_trove_os_reserve_aligned(size_t size, size_t align) TROVE_HIDDEN;
+void _trove_os_unreserve(void *p, size_t size) TROVE_HIDDEN;
+void _trove_os_count_mapped(size_t size) TROVE_HIDDEN;
 void _trove_os_release(void *p, size_t size, size_t resident) TROVE_HIDDEN;  /* unmap: a purge */
 bool _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents (then 0) */
 void _trove_os_touch(void *p, size_t size) TROVE_HIDDEN;         /* write-fault zero pages */

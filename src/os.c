@@ -53,7 +53,7 @@ void *_trove_os_map(size_t size) {
 }
 
 /* Over-map by `align` and trim both ends: costs address space only, never memory. */
-void *_trove_os_map_aligned(size_t size, size_t align) {
+void *_trove_os_reserve_aligned(size_t size, size_t align) {
   if (size + align < size) return NULL;
   uint8_t *p = raw_map(size + align);
   if (p == NULL) return NULL;
@@ -61,8 +61,16 @@ void *_trove_os_map_aligned(size_t size, size_t align) {
   size_t head = a - (uintptr_t)p, tail = align - head;
   if (head) raw_unmap(p, head);
   if (tail) raw_unmap((uint8_t *)a + size, tail);
-  note_mapped((ptrdiff_t)size);
   return (void *)a;
+}
+
+void _trove_os_unreserve(void *p, size_t size) { raw_unmap(p, size); }
+void _trove_os_count_mapped(size_t size) { note_mapped((ptrdiff_t)size); }
+
+void *_trove_os_map_aligned(size_t size, size_t align) {
+  void *p = _trove_os_reserve_aligned(size, align);
+  if (p) note_mapped((ptrdiff_t)size);
+  return p;
 }
 
 void _trove_os_unmap(void *p, size_t size) {

@@ -693,8 +693,8 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
   return ok;
 }
 
-/* Give back what has been free longer than the delay (everything if `all`), and unmap
- * segments that stayed empty that long. */
+/* Give back what has been free longer than the delay (everything if `all`, and the address
+ * space mapped ahead for segments), and unmap segments that stayed empty that long. */
 void _trove_pages_purge(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   /* The recent peak's bound here too: with 1 + N/8, a timed purge that fell between two phases
@@ -702,6 +702,7 @@ void _trove_pages_purge(bool all) {
    * (bench/phases: 49k more page faults in 4 phases of 256 MiB). Segments empty longer than
    * the delay go whatever the bound. */
   cache_release(cache_trim(all ? 0 : cache_keep(), all || now < delay ? 0 : now - delay + 1));
+  if (all) _trove_segment_unreserve();
   for (size_t i = 0; i < narenas; i++) {
     arena_t *a = &arenas[i];
     trove_sb_t *list = NULL;
@@ -718,14 +719,17 @@ void _trove_pages_purge(bool all) {
 void _trove_pages_lock_all(void) {
   for (size_t i = 0; i < narenas; i++) pthread_mutex_lock(&arenas[i].lock);
   pthread_mutex_lock(&cache_lock);
+  pthread_mutex_lock(&_trove_segment_lock);
 }
 void _trove_pages_unlock_all(void) {
+  pthread_mutex_unlock(&_trove_segment_lock);
   pthread_mutex_unlock(&cache_lock);
   for (size_t i = narenas; i-- > 0;) pthread_mutex_unlock(&arenas[i].lock);
 }
 void _trove_pages_fork_child(void) {
   for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
   pthread_mutex_init(&cache_lock, NULL);
+  pthread_mutex_init(&_trove_segment_lock, NULL);
 }
 
 /* Every segment, arena by arena, then the cached ones: NULL starts, NULL ends (all locks

@@ -275,7 +275,7 @@ static inline int th_run_child(int (*fn)(void *), void *arg, char *const argv[],
     close(pfd[1]);
     struct rlimit nocore = {0, 0};
     setrlimit(RLIMIT_CORE, &nocore); /* aborting children must not write core files */
-    if (fn) _exit(fn(arg));
+    if (fn || argv == NULL) _exit(fn ? fn(arg) : 127);   /* a function, or a program to run */
     char *envp[512];
     size_t n = 0;
     for (char **e = environ; *e && n < 400; e++) envp[n++] = *e;
