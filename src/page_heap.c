@@ -92,7 +92,7 @@ static void count_used(arena_t *a, long d) {
 
 static size_t seg_usable(const trove_segment_t *seg) { return TROVE_SEGMENT_PAGES - seg->first_page; }
 static size_t cached_dirty(trove_segment_t *seg) {
-  return seg->sb[seg->first_page].dirty ? seg_usable(seg) : 0;
+  return _trove_seg_sb(seg, seg->first_page)->dirty ? seg_usable(seg) : 0;
 }
 
 /* Unmap a list of segments taken out of the cache (no lock held: munmap can be slow). */
@@ -265,7 +265,8 @@ static void bin_remove(arena_t *a, trove_sb_t *run) {
 /* Point every page of [first, first+n) at `first`, so that a lookup of any address in the run
  * finds its descriptor. */
 static void map_pages(trove_segment_t *seg, size_t first, size_t n) {
-  for (size_t i = 0; i < n; i++) seg->pagemap[first + i] = (uint16_t)(first * sizeof(trove_sb_t));
+  uint16_t off = (uint16_t)(_trove_desc_slot(first) * sizeof(trove_sb_t));
+  for (size_t i = 0; i < n; i++) seg->pagemap[first + i] = off;
 }
 
 static size_t peak_now(void) {
@@ -276,7 +277,7 @@ static size_t peak_now(void) {
 
 static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, bool dirty,
                                  uint64_t now) {
-  trove_sb_t *run = &seg->sb[first];
+  trove_sb_t *run = _trove_seg_sb(seg, first);
   memset(run, 0, sizeof *run);
   run->kind = TROVE_SPAN_FREE;
   run->page = (uint16_t)first;
@@ -291,7 +292,8 @@ static trove_sb_t *make_free_run(trove_segment_t *seg, size_t first, size_t n, b
    * head's (limit 0), or that of a run that ended before the page (the offset is past its
    * carved blocks, see _trove_sb_is_block). Mapping every page cost phases 890 instructions
    * per page run taken: each split of a long free run rewrote its whole remainder. */
-  seg->pagemap[first] = seg->pagemap[first + n - 1] = (uint16_t)(first * sizeof(trove_sb_t));
+  seg->pagemap[first] = seg->pagemap[first + n - 1] =
+      (uint16_t)(_trove_desc_slot(first) * sizeof(trove_sb_t));
   return run;
 }
 
@@ -323,7 +325,7 @@ static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n) {
   uint64_t at = run->freed_at;
   if (page > first) bin_push(a, make_free_run(seg, first, page - first, dirty, at));
   if (page + n < end) bin_push(a, make_free_run(seg, page + n, end - page - n, dirty, at));
-  trove_sb_t *r = &seg->sb[page];
+  trove_sb_t *r = _trove_seg_sb(seg, page);
   if (r != run) memset(r, 0, sizeof *r);
   r->page = (uint16_t)page;
   r->npages = (uint16_t)n;
@@ -427,7 +429,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   bool in_bin = run != NULL;                     /* else a whole new or cached segment */
   trove_segment_t *seg;
   if (run == NULL && (seg = cache_take(a)) != NULL) {
-    run = &seg->sb[seg->first_page];              /* its whole free run, in no bin */
+    run = _trove_seg_sb(seg, seg->first_page);              /* its whole free run, in no bin */
   } else if (run == NULL && narenas > 1) {
     trove_sb_t *r = steal_wait(a, npages, align_pages, kind);
     if (r) {
@@ -486,7 +488,7 @@ static void insert_free(arena_t *a, trove_segment_t *seg, size_t first, size_t n
     }
   }
   if (first + n < TROVE_SEGMENT_PAGES) {               /* and with the run after */
-    trove_sb_t *right = &seg->sb[first + n];
+    trove_sb_t *right = _trove_seg_sb(seg, first + n);
     if (right->kind == TROVE_SPAN_FREE) {
       bin_remove(a, right);
       dirty |= right->dirty;
@@ -496,7 +498,7 @@ static void insert_free(arena_t *a, trove_segment_t *seg, size_t first, size_t n
   }
   make_free_run(seg, first, n, dirty, at);
   if (n == seg_usable(seg)) cache_put(a, seg, at);
-  else bin_push(a, &seg->sb[first]);
+  else bin_push(a, _trove_seg_sb(seg, first));
 }
 
 static void purge_finish(arena_t *a, trove_sb_t *list) {
@@ -618,8 +620,8 @@ static size_t dirty_growth(trove_segment_t *seg, size_t first, size_t n) {
     trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
     if (purged_run(left)) g += left->npages;
   }
-  if (first + n < TROVE_SEGMENT_PAGES && purged_run(&seg->sb[first + n]))
-    g += seg->sb[first + n].npages;
+  if (first + n < TROVE_SEGMENT_PAGES && purged_run(_trove_seg_sb(seg, first + n)))
+    g += _trove_seg_sb(seg, first + n)->npages;
   return g;
 }
 
@@ -677,7 +679,7 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
   if (npages <= run->npages) {
     ok = true;
   } else if (end < TROVE_SEGMENT_PAGES) {
-    trove_sb_t *right = &seg->sb[end];
+    trove_sb_t *right = _trove_seg_sb(seg, end);
     size_t extra = npages - run->npages;
     if (right->kind == TROVE_SPAN_FREE && right->npages >= extra) {
       bin_remove(a, right);
