@@ -123,7 +123,7 @@ TROVE_API void trove_stats_print(FILE *out) {
   trove_stats_get(&st);
   fprintf(out, "trove statistics (%s)\n", trove_version());
   kib(out, "in use", st.in_use);
-  kib(out, "peak in use", st.peak_in_use);
+  kib(out, "peak in use (sampled)", st.peak_in_use);   /* at stats calls only */
   kib(out, "held from the OS", st.held);
   kib(out, "peak held", st.peak_held);
   kib(out, "resident (estimate)", st.resident);
