@@ -162,9 +162,11 @@ typedef struct trove_segment_s {
    * in its arena's list of segments that have such runs */
   struct trove_sb_s *bin_runs[TROVE_PAGE_BINS];
   struct trove_segment_s *bin_next[TROVE_PAGE_BINS], *bin_prev[TROVE_PAGE_BINS];
-  /* page -> byte offset in sb[] of its run's descriptor (slot * 128 fits 16 bits; the slot of
-   * a run's first page is _trove_desc_slot(page)) */
+  /* page -> byte offset in sb[] of its run's descriptor (slot * 128 fits 16 bits) */
   uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
+  /* Descriptor slots, one per run, handed out lowest first (page_heap.c, desc_new): a
+   * segment has at most one run per usable page */
+  uint64_t desc_used[TROVE_SEGMENT_PAGES / 64];
   trove_sb_t sb[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
 } trove_segment_t;
 
@@ -180,16 +182,10 @@ TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a);
 TROVE_INLINE trove_segment_t *_trove_segment_of(uintptr_t a) {
   return (trove_segment_t *)(a & ~(uintptr_t)TROVE_SEGMENT_MASK);
 }
-/* The descriptor of the run that starts at `page`. Slot `page` itself would put the
- * descriptors of superblocks (runs of 4 or 8 pages) 512 or 1024 bytes apart, in 8 or 4 of an
- * L1 cache's 64 sets: replacing blocks at random among 10,000 of 16-512 B (100 superblocks),
- * 0.36 L1 misses per free were on metadata (cachegrind), 0.15 now, and 5M replacements took
- * 0.049 s, now 0.046. Bits 3-8 of the page, xored into bits 0-2, spread the slots over every
- * set; a bijection (the high bits stay), within the same 4 KiB of the header (bits 5 and up
- * stay). */
-TROVE_INLINE size_t _trove_desc_slot(size_t page) { return page ^ (((page >> 3) ^ (page >> 6)) & 7); }
-TROVE_INLINE trove_sb_t *_trove_seg_sb(trove_segment_t *seg, size_t page) {
-  return &seg->sb[_trove_desc_slot(page)];
+/* The descriptor of the run that starts at `page` (the page map holds it for a run's first
+ * page, free or not). */
+TROVE_INLINE trove_sb_t *_trove_seg_run(trove_segment_t *seg, size_t page) {
+  return (trove_sb_t *)((char *)seg->sb + seg->pagemap[page]);
 }
 TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
   size_t page = (a & TROVE_SEGMENT_MASK) >> TROVE_PAGE_SHIFT;
@@ -247,8 +243,11 @@ TROVE_INLINE void _trove_sb_set_trigger(trove_sb_t *sb, int32_t t) {
  * plus (n mod d) * 2^(64-k)). So n is the start of one of the first k blocks exactly when
  * n*c mod 2^64 < k*e, since k*e < 2^32 < 2^44 for every run (k*e <= 4096 * 2^16; a medium run
  * has k = 1 and e <= 1 MiB). `limit` holds k*e for the k blocks carved so far, 0 for free
- * runs and header pages (so that nothing passes, whatever `start` says). Offsets are below
- * 4 MiB: a page's run starts at or before it in the same segment. */
+ * runs and freed descriptor slots (so that nothing passes, whatever `start` says). The run
+ * found for an address is in the same segment, but it may start after the address (a stale
+ * page-map entry inside a free run, see page_heap.c's desc_new): a negative offset above
+ * -4 MiB wraps to a product above 2^43, far past any limit, and fails too (checked for every
+ * class and for medium runs of 9-128 pages over offsets of -4..+4 MiB, by brute force). */
 TROVE_INLINE bool _trove_sb_is_block(const trove_sb_t *sb, uintptr_t a) {
   uint64_t off = a - sb->start;
   return likely(off * sb->divm < _trove_peek_u64(&sb->limit));

@@ -83,7 +83,7 @@ trove_segment_t *_trove_segment_new(trove_segment_t **list) {
 /* The caller has taken the segment off its list; its usable pages are one free run. */
 void _trove_segment_free(trove_segment_t *seg) {
   size_t header = (size_t)seg->first_page << TROVE_PAGE_SHIFT;
-  size_t resident = header + (_trove_seg_sb(seg, seg->first_page)->dirty ? TROVE_SEGMENT_SIZE - header : 0);
+  size_t resident = header + (_trove_seg_run(seg, seg->first_page)->dirty ? TROVE_SEGMENT_SIZE - header : 0);
   segmap_set((uintptr_t)seg, TROVE_MAP_NONE);
   _trove_os_release(seg, TROVE_SEGMENT_SIZE, resident);
 }

@@ -36,7 +36,7 @@ static size_t walk_segments(trove_stats_t *st) {
        seg = _trove_pages_next_segment(seg)) {
     st->segments++;
     for (size_t pg = seg->first_page; pg < TROVE_SEGMENT_PAGES;) {
-      const trove_sb_t *sb = _trove_seg_sb(seg, pg);
+      const trove_sb_t *sb = _trove_seg_run(seg, pg);
       size_t n = sb->npages ? sb->npages : 1;
       if (sb->kind == TROVE_SPAN_SMALL) {
         int32_t used = _trove_sb_used(sb);
@@ -247,7 +247,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
     first_seg = false;
     bool first = true;
     for (size_t pg = seg->first_page; pg < TROVE_SEGMENT_PAGES;) {
-      const trove_sb_t *sb = _trove_seg_sb(seg, pg);
+      const trove_sb_t *sb = _trove_seg_run(seg, pg);
       size_t n = sb->npages ? sb->npages : 1;
       const char *kind = sb->kind == TROVE_SPAN_SMALL    ? "small"
                          : sb->kind == TROVE_SPAN_MEDIUM ? "medium"

@@ -111,7 +111,8 @@ static int run_case(const char *c) {
     /* TROVE_ON_MISUSE=warn: addresses in page runs that were freed, merged into longer free
      * runs and split again for other runs are rejected, unless a live block holds them again.
      * The page heap maps only the ends of a free run, so a lookup of an inner page finds a
-     * stale descriptor: a merged-away head, or a run that ends before the address. */
+     * stale descriptor slot: freed when its run merged away, or taken since by another run,
+     * before or after the address (slots are handed out lowest first, not by page). */
     void *pin = T_MALLOC(48); /* keeps the segment mapped through the trim */
     CHECK(pin != NULL);
     enum { M = 16, S = 96 };
