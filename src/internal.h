@@ -182,14 +182,13 @@ TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a);
 TROVE_INLINE trove_segment_t *_trove_segment_of(uintptr_t a) {
   return (trove_segment_t *)(a & ~(uintptr_t)TROVE_SEGMENT_MASK);
 }
-/* The descriptor of the run that starts at `page` (the page map holds it for a run's first
- * page, free or not). */
+/* The descriptor of the run that holds `page`: exact for a run's first and last page, free or
+ * not, and for every page of a run in use (see page_heap.c, make_free_run). */
 TROVE_INLINE trove_sb_t *_trove_seg_run(trove_segment_t *seg, size_t page) {
   return (trove_sb_t *)((char *)seg->sb + seg->pagemap[page]);
 }
 TROVE_INLINE trove_sb_t *_trove_sb_of(trove_segment_t *seg, uintptr_t a) {
-  size_t page = (a & TROVE_SEGMENT_MASK) >> TROVE_PAGE_SHIFT;
-  return (trove_sb_t *)((char *)seg->sb + seg->pagemap[page]);
+  return _trove_seg_run(seg, (a & TROVE_SEGMENT_MASK) >> TROVE_PAGE_SHIFT);
 }
 /* Words other threads may write, read by the fast paths for one compare: `limit` (the owner
  * carves while other threads free), `heap` (an adoption or an exit changes the owner) and the

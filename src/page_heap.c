@@ -513,7 +513,7 @@ static void insert_free(arena_t *a, trove_segment_t *seg, trove_sb_t *run, bool 
                         uint64_t at) {
   size_t first = run->page, n = run->npages;
   if (first > seg->first_page) {                      /* coalesce with the run before */
-    trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
+    trove_sb_t *left = _trove_seg_run(seg, first - 1);   /* its last page */
     if (left->kind == TROVE_SPAN_FREE) {
       bin_remove(a, left);
       dirty |= left->dirty;
@@ -655,7 +655,7 @@ static bool purged_run(const trove_sb_t *r) {
 static size_t dirty_growth(trove_segment_t *seg, size_t first, size_t n) {
   size_t g = n;
   if (first > seg->first_page) {
-    trove_sb_t *left = _trove_sb_of(seg, (uintptr_t)seg + ((first - 1) << TROVE_PAGE_SHIFT));
+    trove_sb_t *left = _trove_seg_run(seg, first - 1);   /* its last page */
     if (purged_run(left)) g += left->npages;
   }
   if (first + n < TROVE_SEGMENT_PAGES && purged_run(_trove_seg_run(seg, first + n)))
