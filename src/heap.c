@@ -119,6 +119,31 @@ static int32_t full_trigger(const trove_sb_t *sb) {
 }
 
 /* ------------------------------------------------------------------ current superblocks */
+/* Coarse mode. With more than 8 live threads per CPU (a thread per connection), what each
+ * thread's own superblocks cost decides the peak RSS, not the live data: such a thread holds
+ * a few blocks of every class it uses, and a superblock per class, at least a page resident,
+ * was most of what it held (bench/manythreads at 400 threads: 127 MiB in 13,000 superblocks
+ * for 7.4 MiB in use, 40 classes up to 2 KiB in each thread). So a crowded thread's heap
+ * takes a class up to TROVE_COARSE_MAX that has no superblock of its own from the next
+ * coarse class (two per doubling, size_class.c), whose current superblock serves all the
+ * classes between on the fast path too: their direct[] slots point at it. A block is then
+ * at most half larger than the request (a quarter on average) instead of an eighth, and a
+ * thread keeps 14 classes up to 2 KiB instead of 40. A class that still has superblocks of
+ * its own uses them until they run out. Invariant: a direct[] slot holds its class's current
+ * superblock, or in coarse mode, when that is the empty one, its coarse class's; so it is
+ * always a current superblock of this heap with blocks at least as large as the slot's
+ * sizes. */
+static trove_sb_t *direct_of(const trove_heap_t *h, size_t slot) {
+  size_t c = _trove_class_direct[slot];
+  trove_sb_t *sb = h->cur[c];
+  return sb == &_trove_sb_empty && h->coarse ? h->cur[_trove_class_coarse[c]] : sb;
+}
+
+static void coarse_set(trove_heap_t *h, bool on) {
+  h->coarse = on;
+  for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = direct_of(h, i);
+}
+
 static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   if (sb != &_trove_sb_empty) {
     sb->state = TROVE_SB_CURRENT;
@@ -127,6 +152,12 @@ static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
     sb->freed_at = 0;
   }
   h->cur[cls] = sb;
+  if (unlikely(h->coarse)) {        /* the slots of cls's coarse group (a slow path anyway) */
+    size_t k = _trove_class_coarse[cls];
+    for (size_t i = _trove_class_group_lo[k]; i <= _trove_class_slot_hi[k]; i++)
+      h->direct[i] = direct_of(h, i);
+    return;
+  }
   /* A class has 1, 2 or 4 direct[] slots (class steps are at most 64 B up to 1 KiB): four
    * stores cover each case without a loop, which GCC vectorized at a cost of 25 instructions
    * for 4 slots. */
@@ -666,6 +697,12 @@ static size_t ncpus(void) {
   return v;
 }
 
+/* More than 8 live thread heaps per CPU: a thread per connection (coarse mode, and the short
+ * first superblocks of find_superblock_rest). */
+static bool crowded(void) {
+  return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 8 * ncpus();
+}
+
 /* The fixed part: 2 MiB, but the live threads' fixed parts together at most 8 MiB per CPU
  * (tcmalloc bounds its thread caches' total the same way). A thread per connection that
  * reads into buffers of 100-200 KiB kept them all: 200 threads, each done with 4 such
@@ -863,6 +900,7 @@ static void heap_reset(trove_heap_t *h) {
   h->beat = TROVE_BEAT;
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = &_trove_sb_empty;
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
+  h->coarse = false;
   memset(h->lists, 0, sizeof h->lists);
   h->empty = NULL;
   memset(h->sparse_map, 0, sizeof h->sparse_map);
@@ -1148,7 +1186,7 @@ typedef struct {
   pthread_mutex_t lock;
   trove_heap_t *_Atomic heap;    /* set once, under _trove_heaps_lock, after `lock` is made */
   bool broken;                   /* a fork's child: it was not locked across the fork */
-} trove_shared_t;
+} __attribute__((aligned(TROVE_CACHE_LINE))) trove_shared_t;
 static trove_shared_t shared[SHARED_MAX];
 static uint64_t shared_forked;   /* fork: the shared heaps whose locks fork_prepare holds */
 
@@ -1304,7 +1342,10 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls, void **lent) {
  * about one class in three keeps a superblock: peak RSS at 100 / 200 / 400 threads 44.3 ->
  * 38.3, 77.9 -> 65.7, 145 -> 121 MiB (jemalloc 44.8 / 85.7 / 144), time level within the
  * noise (+1-3%); mstress 61 -> 57 MiB. A class a thread uses often gets its own superblock
- * after those blocks, and its fast path with it. */
+ * after those blocks, and its fast path with it. Since coarse mode (set_current), the
+ * classes up to 2 KiB mostly map to a coarse class instead, and this serves the larger ones
+ * of a thread that does not share them yet (manythreads with 40 threads, coarse mode on:
+ * 28.2 MiB peak RSS without first borrows, 24.7 with). */
 #define TROVE_FIRST_BORROWS 64
 static void *borrow(trove_heap_t *h, size_t cls) {
   if (_trove_exact_class) return NULL;
@@ -1344,8 +1385,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * heap, which serves many such threads, takes full-length ones (level with short ones on
    * manythreads: 100-800 threads within 1-2% in peak RSS and +-8% in time, 5 runs). */
   size_t want = pages;
-  bool crowded_first = h->lists[cls].full == NULL && !h->shared &&
-                       atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 8 * ncpus();
+  bool crowded_first = h->lists[cls].full == NULL && !h->shared && crowded();
   if (crowded_first) want = _trove_class_starter[cls];
   for (sb = h->lists[cls].sparse; sb; sb = sb->next)
     if (best == NULL || _trove_sb_used(sb) > _trove_sb_used(best)) best = sb;
@@ -1441,6 +1481,13 @@ static void *heap_alloc_small(trove_heap_t *h, size_t cls, bool share) {
       list_push(&h->lists[cls].full, sb);
       h->cur[cls] = &_trove_sb_empty;
     }
+    if (h->coarse && _trove_class_coarse[cls] != cls && h->lists[cls].partial == NULL &&
+        h->lists[cls].sparse == NULL) {      /* coarse mode: its coarse class serves it */
+      if (sb != &_trove_sb_empty) set_current(h, cls, &_trove_sb_empty);
+      cls = _trove_class_coarse[cls];
+      sb = h->cur[cls];
+      continue;
+    }
     if (share && shared_class(h, cls)) {
       bool served;
       void *p = shared_malloc(h, cls, &served);
@@ -1468,6 +1515,7 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   }
   h->c.slow_mallocs++;
   h->refills = 32;
+  if (unlikely(crowded() != h->coarse)) coarse_set(h, !h->coarse);
   drain_remote(h);
   if ((++h->tick & 31) == 0) _trove_heap_maybe_purge(h);
   if (size > TROVE_SMALL_MAX) {

@@ -261,6 +261,12 @@ extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+15)>>4 -> clas
 extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 /* the direct[] slots of a class: lo..hi (lo > hi for the classes above DIRECT_MAX) */
 extern uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
+/* Coarse classes, for threads that crowd the CPUs (heap.c, coarse mode): up to
+ * TROVE_COARSE_MAX, the smallest class at or above `c` whose size is 2^k or 3 * 2^k (two per
+ * doubling), else `c`; and the first direct[] slot of the classes that map to a coarse one. */
+#define TROVE_COARSE_MAX 2048
+extern uint8_t  _trove_class_coarse[TROVE_CLASSES];
+extern uint8_t  _trove_class_group_lo[TROVE_CLASSES];
 /* Class of 0 < size <= SMALL_MAX: 16-byte steps to 128, then eighths of each power of two. */
 TROVE_INLINE size_t _trove_size_class(size_t size) {
   if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
@@ -322,6 +328,7 @@ typedef struct trove_heap_s {
   bool alive;                              /* a thread runs on it (or it is shared) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */
   bool orphan;                             /* its thread vanished in a fork: never reused */
+  bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs */
   bool expiring;                           /* a sweep is handing its superblocks back */
   uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */
   uint64_t born_ms;                        /* when its thread took it (see _trove_heap_thread_done) */

@@ -9,6 +9,12 @@ uint16_t _trove_class_starter[TROVE_CLASSES];
 uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
 uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
+uint8_t  _trove_class_coarse[TROVE_CLASSES], _trove_class_group_lo[TROVE_CLASSES];
+
+static bool is_coarse_size(size_t bs) {
+  size_t odd = bs >> __builtin_ctzl(bs);
+  return odd == 1 || odd == 3;
+}
 
 void _trove_size_classes_init(void) {
   for (size_t c = 1; c <= 8; c++) _trove_class_size[c] = (uint32_t)(16 * c);
@@ -64,6 +70,27 @@ void _trove_size_classes_init(void) {
     _trove_class_slot_lo[c] = (uint8_t)i;
     if (_trove_class_slot_hi[c] < i) _trove_class_slot_hi[c] = (uint8_t)i;
   }
+  /* Coarse classes: every class up to TROVE_COARSE_MAX maps to one of 2^k or 3 * 2^k bytes,
+   * at most half larger (16 B steps up to 64 B, then 96, 128, 192, 256, ...). A block of
+   * the coarse class of an aligned request's class is as aligned (alloc.c picks a class
+   * whose size is a multiple of the alignment A = 2^a: that is A or 2A, both coarse, or a
+   * class above 2A, whose coarse size 2^k > 2A or 3 * 2^j > 2A, so 2^j >= A, is a multiple
+   * of A too). */
+  for (size_t c = TROVE_CLASSES; c-- > 1;) {
+    size_t bs = _trove_class_size[c];
+    _trove_class_coarse[c] = (uint8_t)c;
+    if (bs <= TROVE_COARSE_MAX && !is_coarse_size(bs)) _trove_class_coarse[c] = _trove_class_coarse[c + 1];
+  }
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    size_t k = _trove_class_coarse[c];
+    /* the argument above, checked: the coarse size is divisible by what the class's is */
+    if (__builtin_ctz(_trove_class_size[k]) < __builtin_ctz(_trove_class_size[c])) __builtin_trap();
+    if (k != c && _trove_class_slot_lo[c] <= _trove_class_slot_hi[c] &&
+        (_trove_class_group_lo[k] == 0 || _trove_class_slot_lo[c] < _trove_class_group_lo[k]))
+      _trove_class_group_lo[k] = _trove_class_slot_lo[c];
+  }
+  for (size_t c = 1; c < TROVE_CLASSES; c++)
+    if (_trove_class_group_lo[c] == 0) _trove_class_group_lo[c] = _trove_class_slot_lo[c];
   /* heap.c's set_current stores at most 4 slots per class; a class table that broke this
    * would leave direct[] pointing at superblocks that are no longer current. */
   for (size_t c = 1; c < TROVE_CLASSES; c++)

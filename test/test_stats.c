@@ -237,8 +237,8 @@ static void realloc_headroom(void) {
 
 /* Past 8 live threads per CPU (a thread per connection) a freed medium run goes back to the
  * page heap, where any thread's malloc can reuse it, instead of the freeing thread's cache,
- * and a thread's first blocks of a class may be borrowed; once those threads are gone, the
- * thread caches its runs again and a class takes a superblock of its own at once. */
+ * and a thread takes coarse classes; once those threads are gone, the thread caches its runs
+ * again and each class takes a superblock of its own. */
 static pthread_barrier_t crowd_bar;
 static void *crowd_thread(void *arg) {
   (void)arg;
@@ -248,23 +248,25 @@ static void *crowd_thread(void *arg) {
   return NULL;
 }
 
-/* A thread's first blocks of a class it has no superblock of: while threads crowd the CPUs,
- * borrowed from the next class (a 288-byte class block from the 320 one); else its own. */
+/* A thread's blocks of classes it has no superblock of: while threads crowd the CPUs, from
+ * the coarse class above (heap.c, coarse mode): 270, 300 and 320 B (aligned to 64) all get
+ * 384-byte blocks, aligned as asked; else each its own class. */
 static void *first_block_thread(void *arg) {
-  void *a = trove_malloc(300);                          /* class 320: a superblock of its own */
-  size_t before = st.blocks_borrowed;
+  void *a = trove_malloc(300);
   void *b = trove_malloc(270);
-  size_t got = trove_malloc_usable_size(b);
-  trove_stats_t s2;
-  trove_stats_get(&s2);
-  *(bool *)arg = got == 320 && s2.blocks_borrowed == before + 1;
-  if (!*(bool *)arg) CHECK(got == 288);
+  void *c = trove_memalign(64, 320);
+  size_t ua = trove_malloc_usable_size(a), ub = trove_malloc_usable_size(b);
+  size_t uc = trove_malloc_usable_size(c);
+  CHECK(((uintptr_t)c & 63) == 0);
+  *(bool *)arg = ua == 384 && ub == 384 && uc == 384;
+  if (!*(bool *)arg) CHECK(ua == 320 && ub == 288 && uc == 320);
+  trove_free(c);
   trove_free(b);
   trove_free(a);
   return NULL;
 }
 
-static bool first_block_borrowed(void) {
+static bool coarse_blocks(void) {
   bool borrowed = false;
   pthread_t t;
   trove_stats_get(&st);
@@ -289,7 +291,7 @@ static void medium_cache_crowded(void) {
   trove_free(b);
   trove_stats_get(&st);
   CHECK(st.medium_cached_bytes == 0);  /* n + 1 live threads: no fixed part */
-  CHECK(first_block_borrowed());
+  CHECK(coarse_blocks());
   pthread_barrier_wait(&crowd_bar);
   for (int i = 0; i < n; i++) CHECK(pthread_join(tid[i], NULL) == 0);
   pthread_barrier_destroy(&crowd_bar);
@@ -299,7 +301,7 @@ static void medium_cache_crowded(void) {
   trove_free(b);
   trove_stats_get(&st);
   CHECK(st.medium_cached_bytes == 104 * 1024);   /* alone again: the 13-page run is kept */
-  CHECK(!first_block_borrowed());
+  CHECK(!coarse_blocks());
   trove_collect();
 }
 
