@@ -322,13 +322,14 @@ typedef struct trove_heap_s {
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint32_t refills;                        /* quick refills left before a slow malloc */
+  bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs;
+                                            * owner-only, apart from the flags others read */
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */
   bool alive;                              /* a thread runs on it (or it is shared) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */
   bool orphan;                             /* its thread vanished in a fork: never reused */
-  bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs */
   bool expiring;                           /* a sweep is handing its superblocks back */
   uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */
   uint64_t born_ms;                        /* when its thread took it (see _trove_heap_thread_done) */
