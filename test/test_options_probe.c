@@ -178,6 +178,9 @@ int main(int argc, char **argv) {
       if (i % 4) trove_free(p[i]);
     trove_stats_get(&st);
     printf("released=%zu\n", st.superblocks_released);
+    ticks();                         /* 100 ms of slow paths: the timed work runs */
+    trove_stats_get(&st);
+    printf("released_later=%zu\n", st.superblocks_released);
     if (!alone) {
       pthread_mutex_lock(&other_lock);
       other_state = 2;
