@@ -310,6 +310,10 @@ typedef struct trove_heap_s {
   /* f-empty owned superblocks ("sparse"): those with a live block on their class's list
    * (lists[c].sparse, and a bit per class in sparse_map), the empty ones of every class here */
   trove_sb_t *empty;
+  /* how many of `empty` are of each class, and of each length in pages (the last counts
+   * all longer ones): find_superblock_rest walks the list only when it holds one it can use */
+  uint16_t nempty_cls[TROVE_CLASSES];
+  uint16_t nempty_len[TROVE_SB_PAGES * 4];
   uint64_t sparse_map[(TROVE_CLASSES + 63) / 64];
   uint32_t sparse_pages;                    /* pages of all sparse ones: at most K * TROVE_SB_PAGES */
   /* medium runs this thread freed, for reuse (heap.c): a list per length, and a bitmap of the

@@ -137,6 +137,27 @@ static void sparse_empty_given_back(void) {
   CHECK(class_of(bs) == NULL || class_of(bs)->superblocks <= 1);   /* the current one may stay */
 }
 
+/* A thread's empty superblocks wait on its sparse list (within K) for its next ones: of their
+ * own class as they are, of another class with runs of the same length carved again. */
+static void empties_reused(void) {
+  enum { N = 300 };                  /* 480 B: 68 blocks a 32 KiB superblock, 5 of them */
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = trove_malloc(470);
+  trove_stats_get(&st);
+  CHECK(class_of(480) != NULL);
+  size_t sbs = class_of(480)->superblocks;
+  CHECK(sbs >= 4);
+  for (int i = 0; i < N; i++) trove_free(p[i]);
+  for (int i = 0; i < N; i++) p[i] = trove_malloc(470);
+  trove_stats_get(&st);
+  CHECK(class_of(480)->superblocks == sbs);          /* its own empties, not fresh pages */
+  for (int i = 0; i < N; i++) trove_free(p[i]);
+  for (int i = 0; i < N; i++) p[i] = trove_malloc(440);   /* 448 B, also 32 KiB runs */
+  trove_stats_get(&st);
+  CHECK(class_of(480) == NULL || class_of(480)->superblocks <= 1);   /* carved again */
+  for (int i = 0; i < N; i++) trove_free(p[i]);
+}
+
 /* The thread's medium cache (heap.c): freed runs of 64 KiB-1 MiB stay with the thread and the
  * same lengths come back from it without new pages; the cache follows the thread's own use
  * down when it frees everything, and gives back what waited longer than 1/8 of the purge
@@ -455,6 +476,7 @@ static void borrowing(void) {
 int main(int argc, char **argv) {
   borrowing();
   sparse_empty_given_back();
+  empties_reused();
   single_thread_exact();
   purged_counted_once();
   medium_cache();
