@@ -128,7 +128,8 @@ static int32_t full_trigger(const trove_sb_t *sb) {
  * coarse class (two per doubling, size_class.c), whose current superblock serves all the
  * classes between on the fast path too: their direct[] slots point at it. A block is then
  * at most half larger than the request (a quarter on average) instead of an eighth, and a
- * thread keeps 14 classes up to 2 KiB instead of 40. A class that still has superblocks of
+ * thread keeps 14 classes up to 2 KiB instead of 40 (manythreads at 100-800 threads: peak
+ * RSS -36 to -49%, time -13 to -16% from the faults saved). A class that still has superblocks of
  * its own uses them until they run out. Invariant: a direct[] slot holds its class's current
  * superblock, or in coarse mode, when that is the empty one, its coarse class's; so it is
  * always a current superblock of this heap with blocks at least as large as the slot's
@@ -144,7 +145,16 @@ static void coarse_set(trove_heap_t *h, bool on) {
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = direct_of(h, i);
 }
 
-static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
+/* In coarse mode, the slots of cls's coarse group, each from direct_of (a slow path anyway). */
+static TROVE_NOINLINE void coarse_group_set(trove_heap_t *h, size_t cls) {
+  size_t k = _trove_class_coarse[cls];
+  for (size_t i = _trove_class_group_lo[k]; i <= _trove_class_slot_hi[k]; i++)
+    h->direct[i] = direct_of(h, i);
+}
+
+/* Inline: _trove_malloc_generic's switch to a partial superblock is on the working-set fast
+ * path (out of line, 0.3 instructions more a malloc/free pair on fastpath-workset). */
+TROVE_INLINE void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   if (sb != &_trove_sb_empty) {
     sb->state = TROVE_SB_CURRENT;
     _trove_sb_set_trigger(sb, 0);   /* the current superblock never leaves on a free */
@@ -152,10 +162,8 @@ static void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
     sb->freed_at = 0;
   }
   h->cur[cls] = sb;
-  if (unlikely(h->coarse)) {        /* the slots of cls's coarse group (a slow path anyway) */
-    size_t k = _trove_class_coarse[cls];
-    for (size_t i = _trove_class_group_lo[k]; i <= _trove_class_slot_hi[k]; i++)
-      h->direct[i] = direct_of(h, i);
+  if (unlikely(h->coarse)) {
+    coarse_group_set(h, cls);
     return;
   }
   /* A class has 1, 2 or 4 direct[] slots (class steps are at most 64 B up to 1 KiB): four
@@ -1158,6 +1166,7 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
   _trove_init();
   trove_heap_t *h = heap_acquire(want);
   if (h == NULL) return NULL;
+  if (crowded() != h->coarse) coarse_set(h, !h->coarse);
   _trove_tls_heap = h;
   pthread_setspecific(_trove_thread_key, h);
   _trove_fork_register();
@@ -1568,9 +1577,11 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   }
   h->c.slow_mallocs++;
   h->refills = 32;
-  if (unlikely(crowded() != h->coarse)) coarse_set(h, !h->coarse);
   drain_remote(h);
-  if ((++h->tick & 31) == 0) _trove_heap_maybe_purge(h);
+  if ((++h->tick & 31) == 0) {
+    if (unlikely(crowded() != h->coarse)) coarse_set(h, !h->coarse);   /* and at thread start */
+    _trove_heap_maybe_purge(h);
+  }
   if (size > TROVE_SMALL_MAX) {
     void *p = size <= TROVE_MEDIUM_MAX ? malloc_medium(h, size, 0) : _trove_large_alloc(size, 0, false);
     if (p == NULL) goto enomem;
