@@ -159,6 +159,16 @@ check("a heap takes back the empty superblocks it released past K",
       value(run("refill").stdout, "adopted_in_refill") >= 8)
 check("with TROVE_DIRTY_MAX_MB set they go to the page heap",
       value(run("refill", TROVE_DIRTY_MAX_MB=64).stdout, "adopted_in_refill") == 0)
+# down to superblocks of 8 blocks (2 KiB blocks: 16 a superblock); those of 2-4 blocks
+# (16 KiB) are cheaper to carve again and go to the page heap
+p = subprocess.run([PROBE, "refill", "2048"], env={k: v for k, v in os.environ.items()
+                   if not k.startswith("TROVE_")}, capture_output=True, text=True, timeout=120)
+check("2 KiB blocks' empty superblocks are taken back too",
+      value(p.stdout, "adopted_in_refill") >= 8, p.stdout[:200])
+p = subprocess.run([PROBE, "refill", "16384"], env={k: v for k, v in os.environ.items()
+                   if not k.startswith("TROVE_")}, capture_output=True, text=True, timeout=120)
+check("16 KiB blocks' empty superblocks go to the page heap",
+      value(p.stdout, "adopted_in_refill") == 0, p.stdout[:200])
 for mb in (4, 16, 64):
     # live large bytes count each mapping's whole length: those past the requests are the
     # tails kept, at most the budget (LARGE_CACHE_MB here: a third of 12 MiB live is less)

@@ -408,21 +408,25 @@ int main(int argc, char **argv) {
     printf("calloc_nonzero=%zu\n", z ? bad : (size_t)-1);
     trove_free(z);
   } else if (strcmp(mode, "refill") == 0) {
-    /* 8 MiB of 64 B blocks, all freed, then allocated again: the empty superblocks past K
-     * wait in the pool with their free lists, and the refill takes them back from there. */
+    /* 8 MiB of 64 B blocks (or of the size given), all freed, then allocated again: the
+     * empty superblocks past K wait in the pool with their free lists, and the refill takes
+     * them back from there. */
     enum { N = 128 * 1024 };
     static void *p[N];
+    size_t size = argc > 2 ? (size_t)atol(argv[2]) : 64;
+    int n = (int)((8u << 20) / size);
+    if (n > N) n = N;
     for (int round = 0; round < 2; round++) {
-      for (int i = 0; i < N; i++) p[i] = trove_malloc(64);
+      for (int i = 0; i < n; i++) p[i] = trove_malloc(size);
       if (round == 0) {
-        for (int i = 0; i < N; i++) trove_free(p[i]);
+        for (int i = 0; i < n; i++) trove_free(p[i]);
         trove_stats_get(&st);
       }
     }
     size_t adopted0 = st.superblocks_adopted;
     trove_stats_get(&st);
     printf("adopted_in_refill=%zu\n", st.superblocks_adopted - adopted0);
-    for (int i = 0; i < N; i++) trove_free(p[i]);
+    for (int i = 0; i < n; i++) trove_free(p[i]);
   } else if (strcmp(mode, "largetail") == 0) {
     /* 8 buffers of 16 MiB freed, then 8 of 1.5 MiB that reuse their mappings: a reused
      * mapping keeps its tail only while the tails of live buffers fit the resident budget. */
