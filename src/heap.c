@@ -15,7 +15,8 @@
  * Blowup (Hoard 3.1): a superblock whose live blocks drop below (1-f) of its capacity is
  * "sparse" (empty ones included). A heap keeps sparse superblocks of K * 64 KiB at most; past
  * that it moves its emptiest one to the pool, where any thread adopts it for the same size
- * class, or, if it is empty, to the page heap for any size class. Every other superblock of a
+ * class, or, if it is empty, to the page heap for any size class (those with live blocks
+ * after 1/32 of the purge delay past K: release_over_k). Every other superblock of a
  * heap is either current (one per class in use, C) or at least (1-f) full, so
  *     A <= U/(1-f) + P * (K * 64 KiB + C * S)
  * independent of the run's length. docs/DESIGN.md derives it. */
