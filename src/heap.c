@@ -130,8 +130,9 @@ static int32_t full_trigger(const trove_sb_t *sb) {
  * classes between on the fast path too: their direct[] slots point at it. A block is then
  * at most half larger than the request (a quarter on average) instead of an eighth, and a
  * thread keeps 14 classes up to 2 KiB instead of 40 (manythreads at 100-800 threads: peak
- * RSS -36 to -49%, time -13 to -16% from the faults saved). A class that still has superblocks of
- * its own uses them until they run out. Invariant: a direct[] slot holds its class's current
+ * RSS -36 to -49%, time -13 to -16% from the faults saved). A class that still has
+ * superblocks of its own uses them until they run out. Invariant: a direct[] slot holds its
+ * class's current
  * superblock, or in coarse mode, when that is the empty one, its coarse class's; so it is
  * always a current superblock of this heap with blocks at least as large as the slot's
  * sizes. */
@@ -1583,7 +1584,7 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   h->refills = 32;
   drain_remote(h);
   if ((++h->tick & 31) == 0) {
-    if (unlikely(crowded() != h->coarse)) coarse_set(h, !h->coarse);   /* and at thread start */
+    if (unlikely(crowded() != h->coarse)) coarse_set(h, !h->coarse);  /* and at thread start */
     _trove_heap_maybe_purge(h);
   }
   if (size > TROVE_SMALL_MAX) {

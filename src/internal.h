@@ -331,7 +331,7 @@ typedef struct trove_heap_s {
   uint64_t now_ms;                         /* the clock at the last tick (ms) */
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */
-  uint64_t over_since_ms;                  /* sparse ones past K, with live blocks, since (0: not) */
+  uint64_t over_since_ms;                  /* past K with live sparse ones since (0: not) */
   bool alive;                              /* a thread runs on it (or it is shared) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */
   bool orphan;                             /* its thread vanished in a fork: never reused */

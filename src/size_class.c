@@ -79,7 +79,8 @@ void _trove_size_classes_init(void) {
   for (size_t c = TROVE_CLASSES; c-- > 1;) {
     size_t bs = _trove_class_size[c];
     _trove_class_coarse[c] = (uint8_t)c;
-    if (bs <= TROVE_COARSE_MAX && !is_coarse_size(bs)) _trove_class_coarse[c] = _trove_class_coarse[c + 1];
+    if (bs <= TROVE_COARSE_MAX && !is_coarse_size(bs))   /* so c + 1 is a class */
+      _trove_class_coarse[c] = _trove_class_coarse[c + 1];
   }
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t k = _trove_class_coarse[c];
