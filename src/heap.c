@@ -563,8 +563,8 @@ static void sparse_release_emptiest(trove_heap_t *h) {
  * one every later free of its blocks took the pool's path: a single-threaded perl building a
  * 400k-key hash ran 7% slower (1.38 s against 1.29; peak RSS the same, 354 MiB). Once a
  * second thread runs, a heap over K releases again, at most 8 superblocks with live blocks
- * per call (each release walks the sparse lists for the emptiest). */
-/* Past K, sparse superblocks with live blocks wait until the heap has been past K for 1/32
+ * per call (each release walks the sparse lists for the emptiest).
+ * And those with live blocks wait until the heap has been past K for 1/32
  * of the purge delay: a thread that frees all it built (bench/phases) takes each superblock
  * through the sparse state on its way to empty, and released on the spot they were adopted
  * by the threads building meanwhile, which then took the rest of its frees as remote ones
