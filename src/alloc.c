@@ -190,21 +190,19 @@ TROVE_API void *trove_reallocarray(void *p, size_t count, size_t size) {
 static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 
 /* Blocks of a class are aligned to the largest power of two dividing the class size (runs
- * start on 8 KiB pages), so small aligned requests just pick such a class. */
-static void *alloc_aligned(size_t align, size_t size) {
+ * start on 8 KiB pages), so small aligned requests just pick such a class: on the fast path
+ * (_trove_aligned_fast) while it has a free block at hand, here otherwise. */
+static TROVE_NOINLINE void *alloc_aligned(size_t align, size_t size) {
   if (align <= 16) return _trove_malloc_inline(size);   /* every block is 16-byte aligned */
   if (size == 0) size = 1;
   if (size > TROVE_MAX_ALLOC || align > TROVE_MAX_ALLOC) goto enomem;
   size_t rounded = (size + align - 1) & ~(align - 1);
   if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
-    size_t cls = _trove_size_class(rounded);
-    while (cls < TROVE_CLASSES && (_trove_class_size[cls] & (align - 1))) cls++;  /* align: 2^k */
-    if (cls < TROVE_CLASSES) {
-      _trove_exact_class = true;           /* no block of a larger class (heap.c, borrow) */
-      void *p = _trove_malloc_inline(_trove_class_size[cls]);
-      _trove_exact_class = false;
-      return p;
-    }
+    size_t cls = _trove_class_aligned[__builtin_ctzl(align) - 4][_trove_size_class(rounded)];
+    _trove_exact_class = true;           /* no block of a larger class (heap.c, borrow) */
+    void *p = _trove_malloc_inline(_trove_class_size[cls]);
+    _trove_exact_class = false;
+    return p;
   }
   _trove_init();
   void *p;
@@ -220,8 +218,8 @@ enomem:
   return NULL;
 }
 
-TROVE_API int trove_posix_memalign(void **out, size_t align, size_t size) {
-  if (!is_pow2(align) || align % sizeof(void *)) return EINVAL;
+/* posix_memalign leaves errno as it was, even when it fails (glibc does the same). */
+static TROVE_NOINLINE int posix_memalign_slow(void **out, size_t align, size_t size) {
   int saved = errno;
   void *p = alloc_aligned(align, size);
   if (p == NULL) {
@@ -232,12 +230,21 @@ TROVE_API int trove_posix_memalign(void **out, size_t align, size_t size) {
   return 0;
 }
 
+TROVE_API int trove_posix_memalign(void **out, size_t align, size_t size) {
+  if (unlikely(!is_pow2(align) || align % sizeof(void *))) return EINVAL;
+  void *p = _trove_aligned_fast(align, size);
+  if (unlikely(p == NULL)) return posix_memalign_slow(out, align, size);
+  *out = p;
+  return 0;
+}
+
 TROVE_API void *trove_aligned_alloc(size_t align, size_t size) {
-  if (!is_pow2(align)) {
+  if (unlikely(!is_pow2(align))) {
     errno = EINVAL;
     return NULL;
   }
-  return alloc_aligned(align, size);
+  void *p = _trove_aligned_fast(align, size);
+  return likely(p != NULL) ? p : alloc_aligned(align, size);
 }
 
 TROVE_API void *trove_memalign(size_t align, size_t size) {
@@ -251,7 +258,8 @@ TROVE_API void *trove_memalign(size_t align, size_t size) {
     }
     align = a;
   }
-  return alloc_aligned(align, size);
+  void *p = _trove_aligned_fast(align, size);
+  return likely(p != NULL) ? p : alloc_aligned(align, size);
 }
 
 TROVE_API void *trove_valloc(size_t size) { return alloc_aligned(_trove_os_page_size(), size); }

@@ -10,6 +10,7 @@ uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
 uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
 uint8_t  _trove_class_coarse[TROVE_CLASSES], _trove_class_group_lo[TROVE_CLASSES];
+uint8_t  _trove_class_aligned[TROVE_ALIGN_ROWS][TROVE_CLASSES];
 
 static bool is_coarse_size(size_t bs) {
   size_t odd = bs >> __builtin_ctzl(bs);
@@ -92,6 +93,14 @@ void _trove_size_classes_init(void) {
   }
   for (size_t c = 1; c < TROVE_CLASSES; c++)
     if (_trove_class_group_lo[c] == 0) _trove_class_group_lo[c] = _trove_class_slot_lo[c];
+  for (size_t row = 0; row < TROVE_ALIGN_ROWS; row++) {
+    uint32_t mask = ((uint32_t)16 << row) - 1;
+    for (size_t c = TROVE_CLASSES, k = 0; c-- > 1;) {
+      if ((_trove_class_size[c] & mask) == 0) k = c;
+      if (k == 0) __builtin_trap();   /* the largest class is a multiple of every alignment */
+      _trove_class_aligned[row][c] = (uint8_t)k;
+    }
+  }
   /* heap.c's set_current stores at most 4 slots per class; a class table that broke this
    * would leave direct[] pointing at superblocks that are no longer current. */
   for (size_t c = 1; c < TROVE_CLASSES; c++)

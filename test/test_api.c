@@ -413,6 +413,56 @@ static void test_aligned(void) {
   printf("ok posix_memalign, aligned_alloc, memalign (alignments 8 B..1 MiB)\n");
 }
 
+/* Aligned requests again and again, so that most come from blocks freed just before (the
+ * aligned fast path, which pops the current superblock of the class it picks, as malloc
+ * does): each aligned, its usable size covered, no two live ones overlapping, errno left
+ * alone by posix_memalign. Plain mallocs of the same sizes in between fill the classes the
+ * aligned ones skip, so a class picked without regard to the alignment would show. */
+static void test_aligned_reuse(void) {
+  enum { N = 96 };
+  static void *b[N], *plain[N];
+  static const size_t sizes[] = {1, 24, 48, 100, 130, 200, 250, 320, 700, 1000, 1100, 1500,
+                                 2100, 3000, 5000, 7000, 9000, 20000, 40000, 65536};
+  for (size_t a = 16; a <= 16384; a *= 2) {
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      size_t s = sizes[k] + v_zero;
+      for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+          plain[i] = T_MALLOC(s + (size_t)i % 40);
+          CHECK(plain[i] != NULL);
+          errno = 4242;
+          int rc = T_POSIX_MEMALIGN(&b[i], a, s);
+          CHECKF(rc == 0 && errno == 4242, "posix_memalign(%zu, %zu) = %d, errno %d", a, s, rc,
+                 errno);
+          CHECKF((uintptr_t)b[i] % a == 0, "posix_memalign(%zu, %zu) = %p: misaligned", a, s,
+                 b[i]);
+          CHECK(T_USABLE_SIZE(b[i]) >= s);
+          th_fill(b[i], s, (uint64_t)i * 131 + s + a, 1);
+        }
+        for (int i = 0; i < N; i++) {
+          CHECKF(th_verify(b[i], s, (uint64_t)i * 131 + s + a, 1) == TH_OK,
+                 "posix_memalign(%zu, %zu): blocks overlap", a, s);
+          /* free in an order that leaves both free and used blocks in each superblock */
+          if (i % 3 != round) {
+            T_FREE(b[i]);
+            b[i] = NULL;
+          }
+          T_FREE(plain[i]);
+        }
+        for (int i = 0; i < N; i++) {
+          void *p = (i & 1) ? T_ALIGNED_ALLOC(a, s) : T_MEMALIGN(a, s);
+          CHECKF(p != NULL && (uintptr_t)p % a == 0, "aligned_alloc/memalign(%zu, %zu) = %p", a,
+                 s, p);
+          CHECK(T_USABLE_SIZE(p) >= s);
+          T_FREE(p);
+          T_FREE(b[i]);
+        }
+      }
+    }
+  }
+  printf("ok aligned requests served from freed blocks (alignments 16 B..16 KiB)\n");
+}
+
 static void test_valloc(void) {
   for (size_t k = 0; k < N_EDGE; k++) {
     size_t s = edge_sizes[k];
@@ -605,6 +655,7 @@ int main(void) {
   test_realloc(sizes, nsizes);
   test_reallocarray();
   test_aligned();
+  test_aligned_reuse();
   test_valloc();
   test_large_reuse();
   test_trim();
