@@ -33,11 +33,9 @@ __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))
     &_trove_heap_empty;
 __thread bool _trove_exact_class __attribute__((tls_model("initial-exec")));
 
-pthread_mutex_t _trove_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 trove_heap_t *_trove_heaps_all;
-trove_pool_t _trove_pool[TROVE_CLASSES] = {[0 ... TROVE_CLASSES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 static trove_heap_t *heaps_free;
-/* Heaps a running thread owns (changed under _trove_heaps_lock, read anywhere as a hint). */
+/* Heaps a running thread owns (changed under _trove_locks.heaps, read anywhere as a hint). */
 static _Atomic uint32_t heaps_alive;
 static uint8_t *heap_chunk;
 static size_t heap_chunk_left;
@@ -190,7 +188,7 @@ static _Atomic uint64_t pool_avail_map[(TROVE_CLASSES + 63) / 64];
 static void pool_avail_changed(size_t cls) {   /* the pool lock is held */
   uint64_t bit = (uint64_t)1 << (cls % 64);
   _Atomic uint64_t *w = &pool_avail_map[cls / 64];
-  bool has = _trove_pool[cls].avail != NULL;
+  bool has = _trove_locks.pool[cls].avail != NULL;
   if (has != ((atomic_load_explicit(w, memory_order_relaxed) & bit) != 0)) {
     if (has) atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
     else atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
@@ -207,7 +205,7 @@ static void pool_put_locked(trove_sb_t *sb) {
   sb->pool_empty = 0;
   atomic_store_explicit(&sb->pool_live, _trove_sb_used(sb), memory_order_relaxed);
   atomic_store_explicit(&sb->heap, NULL, memory_order_release);
-  list_push(&_trove_pool[sb->cls].avail, sb);
+  list_push(&_trove_locks.pool[sb->cls].avail, sb);
   pool_avail_changed(sb->cls);
 }
 
@@ -224,7 +222,7 @@ static _Atomic uint64_t pool_empty_map[(TROVE_CLASSES + 63) / 64];   /* classes 
 static void pool_empty_leaves(trove_sb_t *sb) {    /* the pool lock is held */
   if (sb->pool_empty) {
     sb->pool_empty = 0;
-    if (--_trove_pool[sb->cls].empties == 0)
+    if (--_trove_locks.pool[sb->cls].empties == 0)
       atomic_fetch_and_explicit(&pool_empty_map[sb->cls / 64], ~((uint64_t)1 << (sb->cls % 64)),
                                 memory_order_relaxed);
     atomic_fetch_sub_explicit(&pool_empty_pages, sb->npages, memory_order_relaxed);
@@ -232,7 +230,7 @@ static void pool_empty_leaves(trove_sb_t *sb) {    /* the pool lock is held */
 }
 
 static void pool_unlink(trove_sb_t *sb) {
-  trove_pool_t *pool = &_trove_pool[sb->cls];
+  trove_pool_t *pool = &_trove_locks.pool[sb->cls];
   list_remove(sb->pool_full ? &pool->full : &pool->avail, sb);
   sb->pool_full = 0;
   pool_avail_changed(sb->cls);
@@ -261,14 +259,14 @@ static void sb_release_to(trove_sb_t *sb, bool reclaim, trove_heap_t *keeper) {
     sb_to_page_heap(sb);
     return;
   }
-  pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
+  pthread_mutex_t *lock = &_trove_locks.pool[sb->cls].lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
   pool_put_locked(sb);
   if (empty) {
     sb->pool_empty = 1;
     sb->released_by = (uintptr_t)keeper;
     if (sb->freed_at == 0) sb->freed_at = _trove_os_now_ms();
-    if (_trove_pool[sb->cls].empties++ == 0)
+    if (_trove_locks.pool[sb->cls].empties++ == 0)
       atomic_fetch_or_explicit(&pool_empty_map[sb->cls / 64], (uint64_t)1 << (sb->cls % 64),
                                memory_order_relaxed);
     atomic_fetch_add_explicit(&pool_empty_pages, sb->npages, memory_order_relaxed);
@@ -302,7 +300,7 @@ static TROVE_NOINLINE void pool_flush_empties(void) {
   for (size_t w = 0; w < sizeof pool_empty_map / sizeof pool_empty_map[0]; w++)
     for (uint64_t m = atomic_load_explicit(&pool_empty_map[w], memory_order_relaxed); m;
          m &= m - 1) {
-      trove_pool_t *pool = &_trove_pool[w * 64 + (size_t)__builtin_ctzll(m)];
+      trove_pool_t *pool = &_trove_locks.pool[w * 64 + (size_t)__builtin_ctzll(m)];
       _trove_lock(&pool->lock, TROVE_LOCK_POOL);
       for (trove_sb_t *sb = pool->avail, *next; sb && pool->empties; sb = next) {
         next = sb->next;
@@ -330,7 +328,7 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
     return;
   }
   bool empty = false;
-  pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
+  pthread_mutex_t *lock = &_trove_locks.pool[sb->cls].lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
   push_block(&sb->thread_free, b);
   /* The owner first: once a heap has adopted the superblock (under this lock), its state is
@@ -356,7 +354,7 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
  * phases, xmalloc, threadtest, mtmalloctest, shbench-large, larson and blowup level. */
 #define POOL_OWN_LOOK 8
 static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
-  trove_pool_t *pool = &_trove_pool[cls];
+  trove_pool_t *pool = &_trove_locks.pool[cls];
   trove_sb_t *found = NULL;
   _trove_lock(&pool->lock, TROVE_LOCK_POOL);
   for (trove_sb_t *sb; (sb = pool->avail) != NULL;) {
@@ -393,7 +391,7 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t cls) {
 void _trove_pool_sweep(void) {
   trove_sb_t *empty = NULL;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
-    trove_pool_t *pool = &_trove_pool[c];
+    trove_pool_t *pool = &_trove_locks.pool[c];
     /* Every class's lock, even where its lists are empty: the sweep runs at most every half
      * purge delay, and a peek at the lists without the lock was a data race. */
     _trove_lock(&pool->lock, TROVE_LOCK_POOL);
@@ -422,7 +420,7 @@ void _trove_pool_sweep(void) {
     pthread_mutex_unlock(&pool->lock);
   }
   empties_to_page_heap(empty);
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (h->alive || h->orphan || parked_since(h) || h->expiring || !remote_pending(h))
       continue;                              /* parked heaps keep their queue for the next owner */
@@ -436,7 +434,7 @@ void _trove_pool_sweep(void) {
         route_block(_trove_sb_of(_trove_segment_of(a), a), b);
       }
   }
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
 }
 
 /* ------------------------------------------------------------------ the sparse list */
@@ -868,7 +866,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   trove_heap_t *h = _trove_tls_heap;
   if (h == &_trove_heap_empty && (h = thread_heap_init(NULL)) == NULL) return false;
   bool adopted = false;
-  pthread_mutex_t *lock = &_trove_pool[sb->cls].lock;
+  pthread_mutex_t *lock = &_trove_locks.pool[sb->cls].lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
   /* The owner first: once a heap has adopted it, its state is that heap's to write. */
   if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL &&
@@ -968,12 +966,12 @@ static void heap_reset(trove_heap_t *h) {
 /* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently
  * freed heap, else a new one. */
 static trove_heap_t *heap_acquire(trove_heap_t *want) {
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   trove_heap_t **pp = &heaps_free;
   if (want) {
     while (*pp && *pp != want) pp = &(*pp)->next_free;
     if (*pp == NULL || parked_since(want) == 0) {
-      pthread_mutex_unlock(&_trove_heaps_lock);
+      pthread_mutex_unlock(&_trove_locks.heaps);
       return NULL;
     }
   }
@@ -990,11 +988,11 @@ static trove_heap_t *heap_acquire(trove_heap_t *want) {
     atomic_fetch_add_explicit(&heaps_alive, 1, memory_order_relaxed);
     h->now_ms = h->born_ms = _trove_os_now_ms();
   }
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
   return h;
 }
 
-/* A new heap, listed in _trove_heaps_all; NULL if no memory. _trove_heaps_lock held. */
+/* A new heap, listed in _trove_heaps_all; NULL if no memory. _trove_locks.heaps held. */
 static trove_heap_t *heap_new_locked(void) {
   /* Whole pairs of cache lines: the adjacent-line prefetcher moves lines in 128-byte pairs,
    * so a heap's first line (the free counter `beat`, written on every local free) must not
@@ -1065,7 +1063,6 @@ static void heap_abandon(trove_heap_t *h) {
  * from parallel to serial work, and everything free is purged at once (the parked heaps of
  * short-lived threads too): 55 -> 2.3 MiB in that test. */
 static void heaps_expire(bool all);
-static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;  /* reset in a fork's child */
 void _trove_heap_thread_done(void *arg) {
   trove_heap_t *h = arg;
   if (h == NULL || h == &_trove_heap_empty) return;
@@ -1089,24 +1086,24 @@ void _trove_heap_thread_done(void *arg) {
     h->now_ms = now;
     heap_abandon(h);                       /* parked empty: a successor starts afresh */
   }
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   h->alive = false;
   uint32_t left = atomic_fetch_sub_explicit(&heaps_alive, 1, memory_order_relaxed) - 1;
   set_parked(h, now ? now : 1);
   h->next_free = heaps_free;
   heaps_free = h;
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
   if (worker && left <= 1) {
     /* One such clean-up at a time: with two threads ending together, their sweeps and
      * purges interleaved (each takes runs off the bins while it purges them) and now and
      * then left whole free segments dirty: test_options' `workers` probe kept 4-12 MiB in
      * about 1 run in 8 under load, none in 40 with the lock. */
-    pthread_mutex_lock(&serial_lock);
+    pthread_mutex_lock(&_trove_locks.serial);
     _trove_pool_sweep();
     heaps_expire(true);
     _trove_pages_purge(true);
     _trove_large_purge(false);
-    pthread_mutex_unlock(&serial_lock);
+    pthread_mutex_unlock(&_trove_locks.serial);
   }
 }
 
@@ -1116,7 +1113,7 @@ void _trove_heap_thread_done(void *arg) {
 static void heaps_expire(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   trove_heap_t *list = NULL;
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t **pp = &heaps_free, *h; (h = *pp) != NULL;) {
     if (parked_since(h) && (all || now - parked_since(h) >= delay)) {
       *pp = h->next_free;
@@ -1127,21 +1124,21 @@ static void heaps_expire(bool all) {
       pp = &h->next_free;
     }
   }
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
   if (list == NULL) return;
   for (trove_heap_t *h = list; h; h = h->next_free) {
     h->now_ms = now;
     heap_abandon(h);
     set_parked(h, 0);
   }
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = list, *next; h; h = next) {
     next = h->next_free;
     h->expiring = false;
     h->next_free = heaps_free;
     heaps_free = h;
   }
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
 }
 
 /* In the child of fork only the forking thread lives. The other threads' heaps may have been
@@ -1150,7 +1147,7 @@ static void heaps_expire(bool all) {
  * leak of what the parent's other threads held, as no thread of the child owns it). */
 void _trove_heaps_fork_child(void) {
   uint32_t alive = 0;
-  pthread_mutex_init(&serial_lock, NULL);   /* a thread ending in the parent may have held it */
+  _trove_lock_reset(&_trove_locks.serial);   /* a thread ending in the parent may have held it */
   shared_fork_child();
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (h->shared) continue;
@@ -1163,7 +1160,8 @@ void _trove_heaps_fork_child(void) {
     h->alive = false;
     h->orphan = true;
   }
-  atomic_store_explicit(&heaps_alive, alive, memory_order_relaxed);
+  if (atomic_load_explicit(&heaps_alive, memory_order_relaxed) != alive)   /* a page less */
+    atomic_store_explicit(&heaps_alive, alive, memory_order_relaxed);
 }
 
 /* Set up the calling thread's heap: `want` if it is parked (else NULL), or any (see heap_acquire). */
@@ -1239,7 +1237,7 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
 #define SHARED_MIN_SIZE 2048     /* classes above this are shared when threads crowd the CPUs */
 typedef struct {
   pthread_mutex_t lock;
-  trove_heap_t *_Atomic heap;    /* set once, under _trove_heaps_lock, after `lock` is made */
+  trove_heap_t *_Atomic heap;    /* set once, under _trove_locks.heaps, after `lock` is made */
   bool broken;                   /* a fork's child: it was not locked across the fork */
 } __attribute__((aligned(TROVE_CACHE_LINE))) trove_shared_t;
 static trove_shared_t shared[SHARED_MAX];
@@ -1266,7 +1264,7 @@ static void *heap_alloc_small(trove_heap_t *h, size_t cls, bool share);
 static trove_shared_t *shared_get(size_t i) {
   trove_shared_t *sh = &shared[i];
   if (atomic_load_explicit(&sh->heap, memory_order_acquire) != NULL) return sh;
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   if (atomic_load_explicit(&sh->heap, memory_order_relaxed) == NULL) {
     trove_heap_t *h = heap_new_locked();
     if (h != NULL) {
@@ -1279,7 +1277,7 @@ static trove_shared_t *shared_get(size_t i) {
       atomic_store_explicit(&sh->heap, h, memory_order_release);
     }
   }
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
   return atomic_load_explicit(&sh->heap, memory_order_acquire) ? sh : NULL;
 }
 
@@ -1337,7 +1335,8 @@ static void shared_tend(bool all) {
 
 void _trove_shared_fork_prepare(void) TROVE_HIDDEN;
 void _trove_shared_fork_prepare(void) {
-  shared_forked = 0;
+  /* written only if it changes: every page the parent writes costs it a fault per fork */
+  if (shared_forked) shared_forked = 0;
   for (size_t i = 0; i < SHARED_MAX; i++)
     if (atomic_load_explicit(&shared[i].heap, memory_order_acquire) != NULL) {
       pthread_mutex_lock(&shared[i].lock);
@@ -1354,7 +1353,7 @@ void _trove_shared_fork_parent(void) {
 static void shared_fork_child(void) {
   for (size_t i = 0; i < SHARED_MAX; i++) {
     if (atomic_load_explicit(&shared[i].heap, memory_order_relaxed) == NULL) continue;
-    pthread_mutex_init(&shared[i].lock, NULL);
+    _trove_lock_reset(&shared[i].lock);
     if (!(shared_forked & ((uint64_t)1 << i))) shared[i].broken = true;
   }
 }

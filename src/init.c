@@ -58,29 +58,39 @@ void _trove_lock_wait(pthread_mutex_t *m) {
 }
 
 /* ------------------------------------------------------------------ fork */
+trove_locks_t _trove_locks __attribute__((aligned(4096))) = {
+  .pool = {[0 ... TROVE_CLASSES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}},
+  .heaps = PTHREAD_MUTEX_INITIALIZER,
+  .large = PTHREAD_MUTEX_INITIALIZER,
+  .segment_cache = PTHREAD_MUTEX_INITIALIZER,
+  .segment = PTHREAD_MUTEX_INITIALIZER,
+  .serial = PTHREAD_MUTEX_INITIALIZER,
+};
+_Static_assert(offsetof(trove_locks_t, arena[42]) <= 2 * 4096, "42 arenas: two pages");
+
 void _trove_shared_fork_prepare(void) TROVE_HIDDEN;
 void _trove_shared_fork_parent(void) TROVE_HIDDEN;
 static void fork_prepare(void) {
   _trove_shared_fork_prepare();      /* before the others: taken first in heap.c too */
-  pthread_mutex_lock(&_trove_heaps_lock);
-  for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_pool[c].lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_locks.pool[c].lock);
   _trove_pages_lock_all();
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
 }
 
 static void fork_parent(void) {
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   _trove_pages_unlock_all();
-  for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_pool[c].lock);
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_locks.pool[c].lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
   _trove_shared_fork_parent();
 }
 
 static void fork_child(void) {
-  pthread_mutex_init(&_trove_large_lock, NULL);
+  _trove_lock_reset(&_trove_locks.large);
   _trove_pages_fork_child();
-  for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_init(&_trove_pool[c].lock, NULL);
-  pthread_mutex_init(&_trove_heaps_lock, NULL);
+  for (size_t c = 1; c < TROVE_CLASSES; c++) _trove_lock_reset(&_trove_locks.pool[c].lock);
+  _trove_lock_reset(&_trove_locks.heaps);
   _trove_heaps_fork_child();
 }
 

@@ -16,7 +16,6 @@
 #define TROVE_LARGE_HEADER 128       /* user pointer offset when no larger alignment is asked */
 #define TROVE_LARGE_CACHE_MAX 64
 
-pthread_mutex_t _trove_large_lock = PTHREAD_MUTEX_INITIALIZER;
 static trove_large_t *live, *cache;
 static size_t cache_count, cache_bytes, cache_resident;
 /* Bytes live mappings hold past their requests' last pages: a reused mapping keeps its tail
@@ -113,7 +112,7 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   size_t off = align > TROVE_LARGE_HEADER ? align : TROVE_LARGE_HEADER;
   size_t want = round_os(off + size);
   bool keep_tail = false;
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   trove_large_t *l = off == TROVE_LARGE_HEADER ? cache_take(size) : NULL;
   /* A reused mapping longer than the request keeps its tail while the tails that live
    * mappings keep add up to no more than the resident budget; past it, a tail of 1 MiB or
@@ -126,7 +125,7 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
    * 470 MiB, glibc 468). */
   if (l && l->map_size > want)
     keep_tail = live_excess + (l->map_size - want) <= resident_budget();
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   if (l) {
     size_t old_cap = l->map_size - TROVE_LARGE_HEADER;
     bool dirty = l->resident != 0;
@@ -176,17 +175,17 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   /* calloc: fault the pages in by writing (see _trove_os_touch); above TROVE_CALLOC_TOUCH_MAX
    * they stay untouched, for a big table the program fills sparsely. */
   if (zero && size <= TROVE_CALLOC_TOUCH_MAX) _trove_os_touch((void *)l->user, size);
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   list_push(&live, l);
   _trove_large_live_count++;
   _trove_large_live_bytes += l->usable;
   live_excess += excess_of(l);
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   return (void *)l->user;
 }
 
 void _trove_large_free(trove_large_t *l) {
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   list_remove(&live, l);
   _trove_large_live_count--;
   _trove_large_live_bytes -= l->usable;
@@ -210,12 +209,12 @@ void _trove_large_free(trove_large_t *l) {
     if (cache_resident + l->map_size > cache_max) {
       /* Purged before it enters the cache (a malloc may take it as soon as it is there),
        * without the lock; the header's page stays, the cache list runs through it. */
-      pthread_mutex_unlock(&_trove_large_lock);
+      pthread_mutex_unlock(&_trove_locks.large);
       size_t pg = _trove_os_page_size();
       l->resident = _trove_os_purge((void *)(l->base + pg), l->map_size - pg) ? 0 : l->map_size;
-      pthread_mutex_lock(&_trove_large_lock);
+      pthread_mutex_lock(&_trove_locks.large);
       if (cache_count >= TROVE_LARGE_CACHE_MAX) {
-        pthread_mutex_unlock(&_trove_large_lock);
+        pthread_mutex_unlock(&_trove_locks.large);
         large_unmap(l, l->resident ? l->resident : _trove_os_page_size());
         return;
       }
@@ -227,17 +226,17 @@ void _trove_large_free(trove_large_t *l) {
     cache_bytes += l->map_size;
     cache_resident += l->resident;
     l->freed_at = _trove_os_now_ms();
-    pthread_mutex_unlock(&_trove_large_lock);
+    pthread_mutex_unlock(&_trove_locks.large);
     return;
   }
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   large_unmap(l, l->map_size);
 }
 
 void _trove_large_purge(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   trove_large_t *drop = NULL;
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   for (trove_large_t *l = cache, *next; l; l = next) {
     next = l->next;
     if (all || now - l->freed_at >= delay) {
@@ -249,7 +248,7 @@ void _trove_large_purge(bool all) {
       drop = l;
     }
   }
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   while (drop) {
     trove_large_t *next = drop->next;
     large_unmap(drop, drop->resident ? drop->resident : _trove_os_page_size());
@@ -296,12 +295,12 @@ static trove_large_t *resize_mapping(trove_large_t *l, size_t map_size) {
 void *_trove_large_realloc(trove_large_t *l, size_t size) {
   size_t off = l->user - l->base;
   if (off != TROVE_LARGE_HEADER || size > TROVE_MAX_ALLOC) return NULL;
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   live_excess -= excess_of(l);
   trove_large_t *m = resize_mapping(l, round_os(off + size));
   if (m == NULL) {
     live_excess += excess_of(l);
-    pthread_mutex_unlock(&_trove_large_lock);
+    pthread_mutex_unlock(&_trove_locks.large);
     return NULL;
   }
   if (m != l) {                              /* moved: relink it in the live list */
@@ -313,7 +312,7 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
   _trove_large_live_bytes += m->usable;
   m->requested = size;
   live_excess += excess_of(m);
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   return (void *)m->user;
 }
 

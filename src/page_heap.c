@@ -23,10 +23,9 @@
 #include <string.h>
 
 #define BINS TROVE_PAGE_BINS           /* bin i < 129: runs of exactly i pages; 129: longer */
-#define ARENAS_MAX 64
+#define ARENAS_MAX TROVE_ARENAS_MAX
 
-typedef struct arena_s {
-  pthread_mutex_t lock;
+typedef struct arena_s {        /* its lock is _trove_locks.arena[its index] (see fork) */
   trove_segment_t *bins[BINS];        /* per bin: the segments with such runs, oldest first */
   uint64_t nonempty[(BINS + 63) / 64]; /* bit b: bins[b] != NULL */
   trove_segment_t *segments;          /* this arena's segments */
@@ -37,6 +36,7 @@ typedef struct arena_s {
 } __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
 
 static arena_t arenas[ARENAS_MAX];
+static pthread_mutex_t *arena_mutex(arena_t *a) { return &_trove_locks.arena[a - arenas].m; }
 static size_t narenas = 1;            /* set once by _trove_pages_init, before any thread heap */
 /* Totals over all arenas, for the dirty cap (relaxed: a cap, not an account). */
 static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
@@ -60,15 +60,14 @@ static _Atomic uint64_t window_ms;
  * At most 1 + N/8 wait (their free run's dirty pages count in dirty_total), each for at most
  * the purge delay; more are unmapped at once. (Kept in each arena instead, up to N empty
  * segments of 4 MiB could wait.) Lock order: an arena's lock, then this one. */
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static trove_segment_t *cache;        /* newest first */
-static _Atomic size_t ncached;       /* changed under cache_lock; read without it as a hint */
+static _Atomic size_t ncached;       /* changed under _trove_locks.segment_cache; read without it as a hint */
 
 void _trove_pages_init(void) {
   size_t n = (size_t)TROVE_OPT(ARENAS);
   if (n == 0) n = _trove_os_ncpus();
   narenas = n < 1 ? 1 : n > ARENAS_MAX ? ARENAS_MAX : n;
-  for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
+  for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&_trove_locks.arena[i].m, NULL);
   if (narenas > 8) publish_pages = (long)(1024 / narenas);
   if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) publish_pages = 1;
 }
@@ -107,7 +106,7 @@ static void cache_release(trove_segment_t *list) {
  * `before` (ms; 0: none): the caller unmaps them. */
 static trove_segment_t *cache_trim(size_t keep, uint64_t before) {
   trove_segment_t *out = NULL;
-  pthread_mutex_lock(&cache_lock);
+  pthread_mutex_lock(&_trove_locks.segment_cache);
   size_t i = 0;
   for (trove_segment_t *seg = cache, *next; seg; seg = next, i++) {
     next = seg->next;
@@ -119,7 +118,7 @@ static trove_segment_t *cache_trim(size_t keep, uint64_t before) {
     seg->next = out;
     out = seg;
   }
-  pthread_mutex_unlock(&cache_lock);
+  pthread_mutex_unlock(&_trove_locks.segment_cache);
   return out;
 }
 
@@ -128,14 +127,14 @@ static void cache_put(arena_t *a, trove_segment_t *seg, uint64_t at) {
   if (seg->prev) seg->prev->next = seg->next; else a->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   seg->empty_since = at ? at : 1;
-  pthread_mutex_lock(&cache_lock);
+  pthread_mutex_lock(&_trove_locks.segment_cache);
   seg->prev = NULL;
   seg->next = cache;
   if (cache) cache->prev = seg;
   cache = seg;
   atomic_fetch_add_explicit(&ncached, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
-  pthread_mutex_unlock(&cache_lock);
+  pthread_mutex_unlock(&_trove_locks.segment_cache);
 }
 
 /* No lock held: unmap the cached segments past the bound. */
@@ -159,7 +158,7 @@ static void cache_bound(void) {
 /* Arena lock held: the newest cached segment, now the arena's, or NULL. */
 static trove_segment_t *cache_take(arena_t *a) {
   if (atomic_load_explicit(&ncached, memory_order_relaxed) == 0) return NULL;   /* a hint */
-  pthread_mutex_lock(&cache_lock);
+  pthread_mutex_lock(&_trove_locks.segment_cache);
   trove_segment_t *seg = cache;
   if (seg) {
     cache = seg->next;
@@ -167,7 +166,7 @@ static trove_segment_t *cache_take(arena_t *a) {
     atomic_fetch_sub_explicit(&ncached, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
   }
-  pthread_mutex_unlock(&cache_lock);
+  pthread_mutex_unlock(&_trove_locks.segment_cache);
   if (seg == NULL) return NULL;
   seg->empty_since = 0;
   seg->arena = (uint32_t)(a - arenas);
@@ -191,7 +190,7 @@ static trove_segment_t *cache_take(arena_t *a) {
  * 8-11%, shbench-large's 3-6%, mstress's 7-12% (docs/BENCHMARKS.md, fifth session). */
 static arena_t *arena_lock(trove_arena_ref_t *ref) {
   arena_t *a = &arenas[ref->arena];
-  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+  _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   return a;
 }
 
@@ -409,13 +408,13 @@ static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int 
   size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
   for (size_t k = 1; k < narenas; k++) {
     arena_t *o = &arenas[(me + k) % narenas];
-    if (pthread_mutex_trylock(&o->lock) != 0) continue;
+    if (pthread_mutex_trylock(arena_mutex(o)) != 0) continue;
     trove_sb_t *run = find_dirty_run(o, need), *r = NULL;
     if (run) {
       bin_remove(o, run);
       r = carve(o, run, npages, align_pages, kind);
     }
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(arena_mutex(o));
     if (r) return r;
   }
   return NULL;
@@ -429,18 +428,18 @@ static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int 
 static trove_sb_t *steal_wait(arena_t *a, size_t npages, size_t align_pages, int kind) {
   size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
   trove_sb_t *r = NULL;
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(arena_mutex(a));
   for (size_t k = 1; k < narenas && r == NULL; k++) {
     arena_t *o = &arenas[(me + k) % narenas];
-    _trove_lock(&o->lock, TROVE_LOCK_PAGES);
+    _trove_lock(arena_mutex(o), TROVE_LOCK_PAGES);
     trove_sb_t *run = find_dirty_run(o, need);
     if (run) {
       bin_remove(o, run);
       r = carve(o, run, npages, align_pages, kind);
     }
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(arena_mutex(o));
   }
-  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+  _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   return r;
 }
 
@@ -455,7 +454,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   if (narenas > 1 && (run == NULL || !run->dirty)) {
     trove_sb_t *r = steal_run(a, npages, align_pages, kind);
     if (r) {
-      pthread_mutex_unlock(&a->lock);
+      pthread_mutex_unlock(arena_mutex(a));
       return r;
     }
   }
@@ -466,7 +465,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   } else if (run == NULL && narenas > 1) {
     trove_sb_t *r = steal_wait(a, npages, align_pages, kind);
     if (r) {
-      pthread_mutex_unlock(&a->lock);
+      pthread_mutex_unlock(arena_mutex(a));
       return r;
     }
     in_bin = (run = find_run(a, need)) != NULL;  /* freed here meanwhile */
@@ -476,13 +475,13 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
        * now (they would go after the purge delay anyway) and try once more. */
-      pthread_mutex_unlock(&a->lock);
+      pthread_mutex_unlock(arena_mutex(a));
       _trove_large_purge(true);
       _trove_pages_purge(true);
-      _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+      _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
       in_bin = (run = find_run(a, need)) != NULL;
       if (run == NULL && (seg = _trove_segment_new(&a->segments)) == NULL) {
-        pthread_mutex_unlock(&a->lock);
+        pthread_mutex_unlock(arena_mutex(a));
         return NULL;
       }
     }
@@ -493,7 +492,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   }
   if (in_bin) bin_remove(a, run);
   trove_sb_t *r = carve(a, run, npages, align_pages, kind);
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(arena_mutex(a));
   return r;
 }
 
@@ -542,12 +541,12 @@ static void insert_free(arena_t *a, trove_segment_t *seg, trove_sb_t *run, bool 
 static void purge_finish(arena_t *a, trove_sb_t *list) {
   if (list == NULL) return;
   for (trove_sb_t *r = list; r; r = r->next) _trove_os_purge((void *)run_addr(r), r->span_bytes);
-  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+  _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   for (trove_sb_t *r = list, *next; r; r = next) {
     next = r->next;
     insert_free(a, seg_of(r), r, false, r->freed_at);
   }
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(arena_mutex(a));
   cache_bound();
 }
 
@@ -637,9 +636,9 @@ static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
   for (size_t i = 0; i < narenas && over_cap(NULL, cap / 3 * 2); i++) {
     arena_t *a = &arenas[i];
     if (a == first || a->dirty_pages == 0) continue;            /* racy peek: a hint */
-    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+    _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
     trove_sb_t *more = purge_over_cap(a, cap);
-    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(arena_mutex(a));
     purge_finish(a, more);
   }
 }
@@ -681,7 +680,7 @@ void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
   arena_t *a = arena_of(seg);
   uint64_t now = _trove_os_now_ms();
   if (at != 0 && at < now) now = at;       /* free since then: the purge delay counts from it */
-  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+  _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   seg->free_pages += run->npages;
   count_used(a, -(long)run->npages);
   run->carved = 0;
@@ -696,14 +695,14 @@ void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
      * again whole: freeing a burst of superblocks purged the same pages over and over (124 MB
      * of madvise for a 32 MiB burst, 1.47 GB for 570 MiB). */
     run->kind = TROVE_SPAN_PURGING;
-    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(arena_mutex(a));
     _trove_os_purge((void *)run_addr(run), run->span_bytes);
-    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+    _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   }
   insert_free(a, seg, run, !self, now);
   bool over = over_cap(a, cap);
   trove_sb_t *purge = over ? purge_over_cap(a, cap) : NULL;
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(arena_mutex(a));
   if (over) purge_arenas_over_cap(a, purge);
   cache_bound();
 }
@@ -712,7 +711,7 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
   trove_segment_t *seg = seg_of(run);
   arena_t *a = arena_of(seg);
   bool ok = false;
-  _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+  _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   size_t end = run->page + run->npages;
   if (npages <= run->npages) {
     ok = true;
@@ -729,7 +728,7 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
       ok = true;
     }
   }
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(arena_mutex(a));
   return ok;
 }
 
@@ -746,30 +745,30 @@ void _trove_pages_purge(bool all) {
   for (size_t i = 0; i < narenas; i++) {
     arena_t *a = &arenas[i];
     trove_sb_t *list = NULL;
-    _trove_lock(&a->lock, TROVE_LOCK_PAGES);
+    _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
     for (size_t b = 1; b < BINS; b++)
       FOR_BIN(a, b, r)
         if (r->dirty && (all || now - r->freed_at >= delay)) purge_take(a, r, &list);
-    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(arena_mutex(a));
     purge_finish(a, list);
   }
 }
 
 /* For the statistics and the heap map (stats.c), and fork (init.c). */
 void _trove_pages_lock_all(void) {
-  for (size_t i = 0; i < narenas; i++) pthread_mutex_lock(&arenas[i].lock);
-  pthread_mutex_lock(&cache_lock);
-  pthread_mutex_lock(&_trove_segment_lock);
+  for (size_t i = 0; i < narenas; i++) pthread_mutex_lock(&_trove_locks.arena[i].m);
+  pthread_mutex_lock(&_trove_locks.segment_cache);
+  pthread_mutex_lock(&_trove_locks.segment);
 }
 void _trove_pages_unlock_all(void) {
-  pthread_mutex_unlock(&_trove_segment_lock);
-  pthread_mutex_unlock(&cache_lock);
-  for (size_t i = narenas; i-- > 0;) pthread_mutex_unlock(&arenas[i].lock);
+  pthread_mutex_unlock(&_trove_locks.segment);
+  pthread_mutex_unlock(&_trove_locks.segment_cache);
+  for (size_t i = narenas; i-- > 0;) pthread_mutex_unlock(&_trove_locks.arena[i].m);
 }
 void _trove_pages_fork_child(void) {
-  for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&arenas[i].lock, NULL);
-  pthread_mutex_init(&cache_lock, NULL);
-  pthread_mutex_init(&_trove_segment_lock, NULL);
+  for (size_t i = 0; i < narenas; i++) _trove_lock_reset(&_trove_locks.arena[i].m);
+  _trove_lock_reset(&_trove_locks.segment_cache);
+  _trove_lock_reset(&_trove_locks.segment);
 }
 
 /* Every segment, arena by arena, then the cached ones: NULL starts, NULL ends (all locks

@@ -25,12 +25,11 @@ static void segmap_set(uintptr_t a, uint8_t kind) {
  * out-of-memory paths unmap what is left (_trove_pages_purge(true) calls
  * _trove_segment_unreserve). */
 #define RESERVE_MAX 16
-pthread_mutex_t _trove_segment_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t reserve_next, reserve_end;       /* [next, end): mapped, not yet segments */
 static size_t reserve_batch = 1;
 
 static trove_segment_t *segment_map(void) {
-  pthread_mutex_lock(&_trove_segment_lock);
+  pthread_mutex_lock(&_trove_locks.segment);
   if (reserve_next == reserve_end) {
     for (size_t n = reserve_batch; n > 0; n /= 2) {
       void *p = _trove_os_reserve_aligned(n * TROVE_SEGMENT_SIZE, TROVE_SEGMENT_SIZE);
@@ -47,15 +46,15 @@ static trove_segment_t *segment_map(void) {
     reserve_next += TROVE_SEGMENT_SIZE;
     _trove_os_count_mapped(TROVE_SEGMENT_SIZE);
   }
-  pthread_mutex_unlock(&_trove_segment_lock);
+  pthread_mutex_unlock(&_trove_locks.segment);
   return seg;
 }
 
 void _trove_segment_unreserve(void) {
-  pthread_mutex_lock(&_trove_segment_lock);
+  pthread_mutex_lock(&_trove_locks.segment);
   if (reserve_next != reserve_end) _trove_os_unreserve((void *)reserve_next, reserve_end - reserve_next);
   reserve_next = reserve_end = 0;
-  pthread_mutex_unlock(&_trove_segment_lock);
+  pthread_mutex_unlock(&_trove_locks.segment);
 }
 
 /* Called with the lock of the arena whose segment list `list` is held. Returns a segment whose

@@ -77,13 +77,13 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   st->dirty_page_bytes += pool_empty_bytes;
   st->arenas = _trove_pages_arenas(&st->arenas_in_use);
   _trove_pages_unlock_all();
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   st->large_objects = _trove_large_live_count;
   st->large_bytes = _trove_large_live_bytes;
   size_t large_cached = _trove_large_cached_bytes();
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   st->in_use += st->large_bytes;
-  pthread_mutex_lock(&_trove_heaps_lock);
+  pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     st->heaps_created++;
     if (h->alive && !h->shared) st->threads++;
@@ -93,7 +93,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
     st->superblocks_adopted += h->c.adopted;
     st->blocks_borrowed += h->c.borrowed;
   }
-  pthread_mutex_unlock(&_trove_heaps_lock);
+  pthread_mutex_unlock(&_trove_locks.heaps);
   st->held = atomic_load(&_trove_os_mapped);
   st->peak_held = atomic_load(&_trove_os_peak_mapped);
   size_t clean = st->free_page_bytes - st->dirty_page_bytes;
@@ -272,7 +272,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
   }
   _trove_pages_unlock_all();
   jw_put(&w, "\n],\"large\":[");
-  pthread_mutex_lock(&_trove_large_lock);
+  pthread_mutex_lock(&_trove_locks.large);
   bool first = true;
   for (trove_large_t *l = _trove_large_live(); l; l = l->next) {
     _trove_snprintf(line, sizeof line, "%s{\"base\":\"%p\",\"size\":%zu,\"usable\":%zu}",
@@ -280,19 +280,19 @@ TROVE_API int trove_heap_map_write(const char *path) {
     jw_put(&w, line);
     first = false;
   }
-  pthread_mutex_unlock(&_trove_large_lock);
+  pthread_mutex_unlock(&_trove_locks.large);
   jw_put(&w, "],\"pool\":[");
   first = true;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t count = 0, used = 0, cap = 0;
-    pthread_mutex_lock(&_trove_pool[c].lock);
+    pthread_mutex_lock(&_trove_locks.pool[c].lock);
     for (int full = 0; full < 2; full++)
-      for (trove_sb_t *sb = full ? _trove_pool[c].full : _trove_pool[c].avail; sb; sb = sb->next) {
+      for (trove_sb_t *sb = full ? _trove_locks.pool[c].full : _trove_locks.pool[c].avail; sb; sb = sb->next) {
         count++;
         used += (size_t)_trove_sb_used(sb);
         cap += sb->capacity;
       }
-    pthread_mutex_unlock(&_trove_pool[c].lock);
+    pthread_mutex_unlock(&_trove_locks.pool[c].lock);
     if (!count) continue;
     _trove_snprintf(line, sizeof line,
                     "%s{\"block_size\":%u,\"superblocks\":%zu,\"used\":%zu,\"capacity\":%zu}",
