@@ -150,6 +150,8 @@ static size_t cache_keep(void) {
 }
 
 static void cache_bound(void) {
+  /* at least 1 + N/8 stay: no clock read (cache_keep's) for the frees that find fewer */
+  if (atomic_load_explicit(&ncached, memory_order_relaxed) <= 1 + narenas / 8) return;
   size_t keep = cache_keep();
   if (atomic_load_explicit(&ncached, memory_order_relaxed) <= keep) return;
   cache_release(cache_trim(keep, 0));
@@ -595,16 +597,17 @@ static size_t recent_peak(size_t used, uint64_t now) {
 }
 
 /* `not_used`: pages counted in use that hold no live data (heap.c's empty pool superblocks). */
-static size_t dirty_cap_less(size_t not_used) {
+static size_t dirty_cap_at(size_t not_used, uint64_t now) {
   size_t cap = (size_t)TROVE_OPT(DIRTY_MAX_MB) << (20 - TROVE_PAGE_SHIFT);
   size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
   used = used > not_used ? used - not_used : 0;
-  size_t peak = recent_peak(used, _trove_os_now_ms());
+  size_t peak = recent_peak(used, now);
   used += used / 2;
   peak += peak / 4;
   if (used < peak) used = peak;
   return cap < used ? used : cap;
 }
+static size_t dirty_cap_less(size_t not_used) { return dirty_cap_at(not_used, _trove_os_now_ms()); }
 static size_t dirty_cap(void) { return dirty_cap_less(0); }
 
 size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory_order_relaxed); }
@@ -678,7 +681,7 @@ void _trove_pages_free(trove_sb_t *run) { _trove_pages_free_at(run, 0); }
 void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
   trove_segment_t *seg = seg_of(run);
   arena_t *a = arena_of(seg);
-  uint64_t now = _trove_os_now_ms();
+  uint64_t clock = _trove_os_now_ms(), now = clock;
   if (at != 0 && at < now) now = at;       /* free since then: the purge delay counts from it */
   _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   seg->free_pages += run->npages;
@@ -686,7 +689,7 @@ void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
   run->carved = 0;
   __atomic_store_n(&run->limit, 0, __ATOMIC_RELAXED);   /* no block passes _trove_sb_is_block */
   atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
-  size_t cap = dirty_cap();
+  size_t cap = dirty_cap_at(0, clock);     /* one clock read a free: 3 a medium pair before */
   bool self = dirty_seen(a) + dirty_growth(seg, run->page, run->npages) > cap;
   if (self) {
     /* Past the cap with this run: give back this run itself, outside the lock (PURGING: no
