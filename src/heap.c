@@ -422,8 +422,10 @@ void _trove_pool_sweep(void) {
   empties_to_page_heap(empty);
   pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
+    /* parked heaps keep their queue for the next owner; one whose thread vanished in a fork
+     * (`alive` from the parent, or `orphan`) is never walked */
     if (h->alive || h->orphan || parked_since(h) || h->expiring || !remote_pending(h))
-      continue;                              /* parked heaps keep their queue for the next owner */
+      continue;
     trove_block_t *lanes[TROVE_REMOTE_LANES];
     unsigned n = 0;
     remote_take(h, lanes, &n);
@@ -985,6 +987,7 @@ static trove_heap_t *heap_acquire(trove_heap_t *want) {
     if (parked_since(h) == 0) heap_reset(h);   /* a parked heap is taken over as it is */
     set_parked(h, 0);
     h->alive = true;
+    h->fork_gen = _trove_fork_gen;
     atomic_fetch_add_explicit(&heaps_alive, 1, memory_order_relaxed);
     h->now_ms = h->born_ms = _trove_os_now_ms();
   }
@@ -1144,21 +1147,25 @@ static void heaps_expire(bool all) {
 /* In the child of fork only the forking thread lives. The other threads' heaps may have been
  * caught in the middle of a list update, so they are not walked: they become orphans, never
  * reused. Their blocks stay valid; a free of one in the child is queued and kept (a bounded
- * leak of what the parent's other threads held, as no thread of the child owns it). */
+ * leak of what the parent's other threads held, as no thread of the child owns it).
+ * The others' heaps are not written either: each write would copy its page in the child (a
+ * fork of a process with 256 threads took 250 faults more than with glibc, 9.4 ms against 6.9).
+ * A new fork generation marks them instead: a heap is a live thread's while `alive` and of
+ * the current generation (_trove_heap_live); the forking thread's heap moves to the new one. */
+uint64_t _trove_fork_gen;
+
 void _trove_heaps_fork_child(void) {
   uint32_t alive = 0;
   _trove_lock_reset(&_trove_locks.serial);   /* a thread ending in the parent may have held it */
   shared_fork_child();
+  _trove_fork_gen++;
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (h->shared) continue;
     if (h->expiring) h->orphan = true;       /* off the free list, half handed back */
-    if (!h->alive) continue;
-    if (h == _trove_tls_heap) {
+    if (h->alive && h == _trove_tls_heap) {
+      h->fork_gen = _trove_fork_gen;
       alive++;
-      continue;
     }
-    h->alive = false;
-    h->orphan = true;
   }
   if (atomic_load_explicit(&heaps_alive, memory_order_relaxed) != alive)   /* a page less */
     atomic_store_explicit(&heaps_alive, alive, memory_order_relaxed);

@@ -338,9 +338,11 @@ typedef struct trove_heap_s {
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */
   uint64_t over_since_ms;                  /* past K with live sparse ones since (0: not) */
-  bool alive;                              /* a thread runs on it (or it is shared) */
+  uint64_t fork_gen;                       /* the fork generation it was taken in */
+  bool alive;                              /* a thread runs on it (or it is shared), if
+                                            * fork_gen is the current one (_trove_heap_live) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */
-  bool orphan;                             /* its thread vanished in a fork: never reused */
+  bool orphan;                             /* a fork caught it expiring: never reused */
   bool expiring;                           /* a sweep is handing its superblocks back */
   uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */
   uint64_t born_ms;                        /* when its thread took it (see _trove_heap_thread_done) */
@@ -358,6 +360,13 @@ extern __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-
 /* Set around an aligned request (alloc.c): its class was picked for its alignment, so the
  * slow path must not lend it a block of a larger class (heap.c, borrow). */
 extern __thread bool _trove_exact_class __attribute__((tls_model("initial-exec")));
+
+/* A thread of this process runs on `h` (or it is shared): `alive` set in the parent of a fork
+ * and never cleared in the child marks a heap whose thread the child does not have. */
+extern uint64_t _trove_fork_gen;
+static inline bool _trove_heap_live(const trove_heap_t *h) {
+  return h->alive && (h->shared || h->fork_gen == _trove_fork_gen);
+}
 
 void *_trove_malloc_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;

@@ -86,7 +86,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     st->heaps_created++;
-    if (h->alive && !h->shared) st->threads++;
+    if (_trove_heap_live(h) && !h->shared) st->threads++;
     st->remote_frees += h->c.remote_frees;
     st->slow_mallocs += h->c.slow_mallocs;
     st->superblocks_released += h->c.released;

@@ -73,6 +73,14 @@ static void child_work(int n) {
   alarm(30);
   th_rng_t r;
   th_rng_seed(&r, g_seed * 77 + (uint64_t)n);
+#ifndef TROVE_TEST_PRELOAD   /* (dlsym in a child of a threaded parent: not here) */
+  /* only this thread's heap counts as a live thread's: the workers' are not, though the child
+   * leaves their pages alone (no write marks them, see heap.c) */
+  trove_stats_t st;
+  th_stats(&st);
+  CHECKF(st.threads == 1, "fork %d: the child counts %zu live threads, expected 1", n,
+         st.threads);
+#endif
   /* blocks the parent's threads allocated (their heaps do not exist here) */
   for (size_t i = 0; i < SHARED; i++) drop_block(atomic_exchange(&shared[i], NULL));
   static void *b[2000];
