@@ -573,9 +573,31 @@ TROVE_INLINE void *_trove_aligned_fast(size_t align, size_t size) {
 }
 
 void _trove_free_bad(void *p, trove_sb_t *sb) TROVE_HIDDEN;
-/* trove_calloc and trove_realloc under names the standard ones reach without the PLT */
+/* The trove_ functions under names the standard ones reach without the PLT (alloc.c) */
+void *_trove_malloc(size_t size) TROVE_HIDDEN;
+void _trove_free(void *p) TROVE_HIDDEN;
 void *_trove_calloc(size_t count, size_t size) TROVE_HIDDEN;
 void *_trove_realloc(void *p, size_t size) TROVE_HIDDEN;
+void *_trove_reallocarray(void *p, size_t count, size_t size) TROVE_HIDDEN;
+int _trove_posix_memalign(void **out, size_t align, size_t size) TROVE_HIDDEN;
+void *_trove_aligned_alloc(size_t align, size_t size) TROVE_HIDDEN;
+void *_trove_memalign(size_t align, size_t size) TROVE_HIDDEN;
+void *_trove_valloc(size_t size) TROVE_HIDDEN;
+void *_trove_pvalloc(size_t size) TROVE_HIDDEN;
+
+/* malloc_usable_size: the block's size, as free validates it (a bad pointer is reported, and
+ * gives 0, as a free block does in glibc). A small or medium block here, the rest in alloc.c.
+ * Programs that track their memory (Redis's zmalloc) call it on every malloc and free. */
+size_t _trove_usable_size_slow(const void *p) TROVE_HIDDEN;
+TROVE_INLINE size_t _trove_usable_size_inline(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (likely(_trove_segmap_kind(a) == TROVE_MAP_SEGMENT)) {
+    const trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+    if (likely(_trove_sb_is_block(sb, a) && ((const trove_block_t *)p)->tag != _trove_tag(p)))
+      return sb->bsize;
+  }
+  return _trove_usable_size_slow(p);
+}
 
 /* The second half of free, for a block already validated (ours, a block start, not free): tag
  * it as free, then push it on its superblock's free list, where the owner's next malloc of

@@ -18,15 +18,15 @@ API HOT void free(void *p) { _trove_free_inline(p); }
 API void cfree(void *p) { _trove_free_inline(p); }
 API void *calloc(size_t n, size_t size) { return _trove_calloc(n, size); }
 API void *realloc(void *p, size_t size) { return _trove_realloc(p, size); }
-API void *reallocarray(void *p, size_t n, size_t size) { return trove_reallocarray(p, n, size); }
+API void *reallocarray(void *p, size_t n, size_t size) { return _trove_reallocarray(p, n, size); }
 API int posix_memalign(void **out, size_t align, size_t size) {
-  return trove_posix_memalign(out, align, size);
+  return _trove_posix_memalign(out, align, size);
 }
-API void *aligned_alloc(size_t align, size_t size) { return trove_aligned_alloc(align, size); }
-API void *memalign(size_t align, size_t size) { return trove_memalign(align, size); }
-API void *valloc(size_t size) { return trove_valloc(size); }
-API void *pvalloc(size_t size) { return trove_pvalloc(size); }
-API size_t malloc_usable_size(void *p) { return trove_malloc_usable_size(p); }
+API void *aligned_alloc(size_t align, size_t size) { return _trove_aligned_alloc(align, size); }
+API void *memalign(size_t align, size_t size) { return _trove_memalign(align, size); }
+API void *valloc(size_t size) { return _trove_valloc(size); }
+API void *pvalloc(size_t size) { return _trove_pvalloc(size); }
+API size_t malloc_usable_size(void *p) { return _trove_usable_size_inline(p); }
 API int malloc_trim(size_t pad) { return trove_malloc_trim(pad); }
 /* C23 */
 API void free_sized(void *p, size_t size) { (void)size; _trove_free_inline(p); }
@@ -64,9 +64,9 @@ API void *__libc_malloc(size_t size) { return _trove_malloc_inline(size); }
 API void __libc_free(void *p) { _trove_free_inline(p); }
 API void *__libc_calloc(size_t n, size_t size) { return _trove_calloc(n, size); }
 API void *__libc_realloc(void *p, size_t size) { return _trove_realloc(p, size); }
-API void *__libc_memalign(size_t align, size_t size) { return trove_memalign(align, size); }
-API void *__libc_valloc(size_t size) { return trove_valloc(size); }
-API void *__libc_pvalloc(size_t size) { return trove_pvalloc(size); }
+API void *__libc_memalign(size_t align, size_t size) { return _trove_memalign(align, size); }
+API void *__libc_valloc(size_t size) { return _trove_valloc(size); }
+API void *__libc_pvalloc(size_t size) { return _trove_pvalloc(size); }
 
 /* glibc's statistics entry points, answered from trove's own counters. */
 API void malloc_stats(void) { trove_stats_print(stderr); }

@@ -5,10 +5,13 @@
 #include <cstdlib>
 #include <new>
 
+// alloc.c's trove_malloc, trove_free and trove_posix_memalign under their hidden names, which
+// a call reaches directly rather than through the PLT.
+#define HIDDEN __attribute__((visibility("hidden")))
 extern "C" {
-void *trove_malloc(std::size_t);
-void trove_free(void *);
-int trove_posix_memalign(void **, std::size_t, std::size_t);
+HIDDEN void *_trove_malloc(std::size_t);
+HIDDEN void _trove_free(void *);
+HIDDEN int _trove_posix_memalign(void **, std::size_t, std::size_t);
 }
 
 // libstdc++'s std::get_new_handler() and std::__throw_bad_alloc(), weakly.
@@ -21,7 +24,7 @@ namespace {
 void *aligned(std::size_t n, std::size_t align) {
   void *p = nullptr;
   if (align < sizeof(void *)) align = sizeof(void *);
-  return trove_posix_memalign(&p, align, n ? n : 1) == 0 ? p : nullptr;
+  return _trove_posix_memalign(&p, align, n ? n : 1) == 0 ? p : nullptr;
 }
 
 // Out of memory in a throwing new: call the new-handler until it frees memory, else throw.
@@ -33,7 +36,7 @@ void *retry_or_throw(std::size_t n, std::size_t align) {
       std::abort();
     }
     h();
-    void *p = align ? aligned(n, align) : trove_malloc(n);
+    void *p = align ? aligned(n, align) : _trove_malloc(n);
     if (p) return p;
   }
 }
@@ -43,7 +46,7 @@ void *retry_or_throw(std::size_t n, std::size_t align) {
 // runtime this library does not link.)
 void *nothrow_new(std::size_t n, std::size_t align) noexcept {
   for (;;) {
-    void *p = align ? aligned(n, align) : trove_malloc(n);
+    void *p = align ? aligned(n, align) : _trove_malloc(n);
     if (p) return p;
     std::new_handler h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : nullptr;
     if (h == nullptr) return nullptr;
@@ -52,7 +55,7 @@ void *nothrow_new(std::size_t n, std::size_t align) noexcept {
 }
 
 inline void *new_impl(std::size_t n) {
-  void *p = trove_malloc(n);
+  void *p = _trove_malloc(n);
   return __builtin_expect(p != nullptr, 1) ? p : retry_or_throw(n, 0);
 }
 inline void *new_aligned(std::size_t n, std::align_val_t al) {
@@ -80,11 +83,11 @@ API void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_
   return nothrow_new(n, static_cast<std::size_t>(al));
 }
 
-API void operator delete(void *p, const std::nothrow_t &) noexcept { trove_free(p); }
-API void operator delete[](void *p, const std::nothrow_t &) noexcept { trove_free(p); }
-API void operator delete(void *p, std::align_val_t) noexcept { trove_free(p); }
-API void operator delete[](void *p, std::align_val_t) noexcept { trove_free(p); }
-API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { trove_free(p); }
-API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { trove_free(p); }
-API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { trove_free(p); }
-API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { trove_free(p); }
+API void operator delete(void *p, const std::nothrow_t &) noexcept { _trove_free(p); }
+API void operator delete[](void *p, const std::nothrow_t &) noexcept { _trove_free(p); }
+API void operator delete(void *p, std::align_val_t) noexcept { _trove_free(p); }
+API void operator delete[](void *p, std::align_val_t) noexcept { _trove_free(p); }
+API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { _trove_free(p); }
+API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { _trove_free(p); }
+API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { _trove_free(p); }
+API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { _trove_free(p); }
