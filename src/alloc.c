@@ -112,7 +112,10 @@ static TROVE_NOINLINE void *realloc_block(void *p, trove_sb_t *sb, size_t size) 
   }
   if (sb->kind == TROVE_SPAN_MEDIUM && size > usable && size <= TROVE_MEDIUM_MAX) {
     size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
+    size_t old_pages = sb->npages;
     if (_trove_pages_grow(sb, npages)) {   /* the next run was free: grow in place */
+      trove_heap_t *h = _trove_tls_heap;   /* it took the pages (heap.c, medium_net) */
+      if (h != &_trove_heap_empty) h->medium_net += (int64_t)sb->npages - (int64_t)old_pages;
       _trove_sb_set_run(sb, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
       sb->requested = size;
       return p;

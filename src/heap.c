@@ -1514,10 +1514,7 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
   trove_sb_t *run = h && h->mcache_pages && align_pages == 1 ? medium_cache_take(h, size, npages) : NULL;
-  if (h) {
-    h->medium_net += (int64_t)npages;
-    h->mfree_streak = 0;
-  }
+  if (h) h->mfree_streak = 0;
   if (run == NULL) {
     run = _trove_pages_alloc(h ? &h->arena : NULL, npages, align_pages, TROVE_SPAN_MEDIUM);
     if (run == NULL) return NULL;
@@ -1525,6 +1522,10 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
     _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
     atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
   }
+  /* the run's length, not the request's: a cached run may be longer, and its free takes its
+   * whole length off (counted from the request, a thread that reused longer runs drifted
+   * below zero, and a negative net bound its cache to the fixed part for good) */
+  if (h) h->medium_net += (int64_t)run->npages;
   run->requested = size;
   ((trove_block_t *)run->start)->tag = 0;   /* a tag left by an earlier free is not ours */
   return (void *)run->start;
