@@ -813,8 +813,10 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
                                   : 64 + (size_t)__builtin_ctzll(h->mcache_map[1]);
       trove_sb_t *old = h->mcache[w];
       mcache_unlink(h, old);
-      _trove_pages_free(old);
+      _trove_pages_free_clock(old, 0, h->now_ms);
     }
+    _trove_pages_free_clock(run, 0, h->now_ms);   /* the clock just read: a vDSO call less */
+    return;
   }
   _trove_pages_free(run);
 }

@@ -436,6 +436,8 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
                               int kind) TROVE_HIDDEN;
 void _trove_pages_free(trove_sb_t *run) TROVE_HIDDEN;         /* to the arena of its segment */
 void _trove_pages_free_at(trove_sb_t *run, uint64_t at) TROVE_HIDDEN;   /* free since `at` (ms) */
+/* the same, for a caller that has just read the clock (`clock`, _trove_os_now_ms) */
+void _trove_pages_free_clock(trove_sb_t *run, uint64_t at, uint64_t clock) TROVE_HIDDEN;
 bool _trove_pages_may_keep(size_t held_pages, size_t npages) TROVE_HIDDEN;
 void _trove_sb_recarve(trove_sb_t *sb) TROVE_HIDDEN;         /* an empty one: carve it again */
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */

@@ -676,12 +676,15 @@ bool _trove_pages_may_keep(size_t held_pages, size_t npages) {
          cap / 3 * 2;
 }
 
-void _trove_pages_free(trove_sb_t *run) { _trove_pages_free_at(run, 0); }
-
+void _trove_pages_free(trove_sb_t *run) { _trove_pages_free_clock(run, 0, _trove_os_now_ms()); }
 void _trove_pages_free_at(trove_sb_t *run, uint64_t at) {
+  _trove_pages_free_clock(run, at, _trove_os_now_ms());
+}
+
+void _trove_pages_free_clock(trove_sb_t *run, uint64_t at, uint64_t clock) {
   trove_segment_t *seg = seg_of(run);
   arena_t *a = arena_of(seg);
-  uint64_t clock = _trove_os_now_ms(), now = clock;
+  uint64_t now = clock;
   if (at != 0 && at < now) now = at;       /* free since then: the purge delay counts from it */
   _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   seg->free_pages += run->npages;
