@@ -295,9 +295,9 @@ TROVE_API void trove_collect(void) {
 TROVE_API const char *trove_version(void) { return "trove 0.1"; }
 
 /* The exported trove_ names of the functions above that the standard names forward to: those
- * are defined under hidden names, which override.c and override_new.cc call directly. A call to a function of
- * this library with default visibility goes through the PLT (an indirect jump), so
- * posix_memalign, for one, took a jump more than malloc on its fast path. */
+ * are defined under hidden names, which override.c and override_new.cc call directly. A call
+ * to a function of this library with default visibility goes through the PLT (an indirect
+ * jump), so posix_memalign, for one, took a jump more than malloc on its fast path. */
 #define TROVE_EXPORT_AS(public, hidden) \
   extern __typeof(hidden) public __attribute__((alias(#hidden), visibility("default")))
 TROVE_EXPORT_AS(trove_malloc, _trove_malloc);
