@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -154,13 +155,18 @@ int _trove_os_cpu(void) {
 }
 
 /* The CPUs this process may run on (its affinity mask, as taskset or a container sets it):
- * one system call, no allocation, so it is safe during early init. */
+ * one system call, no allocation, so it is safe during early init. Made through syscall():
+ * the sched_getaffinity wrapper lies in a part of libc's text nothing else at start-up
+ * touches, and its first call faulted in 64 KiB more of it (fault-around), in every process
+ * (a program that mallocs once: 1,848 -> 1,788 KiB resident; glibc alone 1,444). The kernel
+ * fills the mask's first bytes only (it returns how many): the rest is zeroed first. */
 size_t _trove_os_ncpus(void) {
   cpu_set_t set;
+  CPU_ZERO(&set);
   int saved = errno;
-  int ok = sched_getaffinity(0, sizeof set, &set);
+  long got = syscall(SYS_sched_getaffinity, 0, sizeof set, &set);
   errno = saved;
-  if (ok != 0) return 1;
+  if (got <= 0) return 1;
   int n = CPU_COUNT(&set);
   return n > 0 ? (size_t)n : 1;
 }

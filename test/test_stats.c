@@ -447,6 +447,11 @@ static void arenas_and_locks(void) {
   const char *env = getenv("TROVE_ARENAS");
   if (env && atoi(env) > 0) CHECK(a.arenas == (size_t)atoi(env));
   CHECK(a.arenas >= 1 && a.arenas <= 64 && a.arenas_in_use <= a.arenas);
+  cpu_set_t set;                  /* by default one per CPU of the affinity mask (os.c) */
+  if (env == NULL && sched_getaffinity(0, sizeof set, &set) == 0) {
+    size_t n = (size_t)CPU_COUNT(&set);
+    CHECK(a.arenas == (n > 64 ? 64 : n));
+  }
   pthread_t t[4];
   for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, arena_worker, NULL) == 0);
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
