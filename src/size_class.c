@@ -11,6 +11,7 @@ uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
 uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
 uint8_t  _trove_class_coarse[TROVE_CLASSES], _trove_class_group_lo[TROVE_CLASSES];
 uint8_t  _trove_class_aligned[TROVE_ALIGN_ROWS][TROVE_CLASSES];
+uint8_t  _trove_aligned_slot[TROVE_ALIGN_DIRECT_LG + 1][128];
 
 static bool is_coarse_size(size_t bs) {
   size_t odd = bs >> __builtin_ctzl(bs);
@@ -101,6 +102,12 @@ void _trove_size_classes_init(void) {
       _trove_class_aligned[row][c] = (uint8_t)k;
     }
   }
+  for (size_t lg = 0; lg <= TROVE_ALIGN_DIRECT_LG; lg++)
+    for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) {
+      size_t k = _trove_class_aligned[lg < 4 ? 0 : lg - 4][_trove_class_direct[i]];
+      size_t cs = _trove_class_size[k];
+      _trove_aligned_slot[lg][i] = cs <= TROVE_DIRECT_MAX ? (uint8_t)((cs + 15) >> 4) : 0;
+    }
   /* heap.c's set_current stores at most 4 slots per class; a class table that broke this
    * would leave direct[] pointing at superblocks that are no longer current. */
   for (size_t c = 1; c < TROVE_CLASSES; c++)
