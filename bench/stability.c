@@ -15,7 +15,9 @@
  * (/proc/self/statm) every 100 ms and prints them at the end as
  *   SAMPLE t=<s> throughput=<ops/s> rss_kib=<n>
  * RESULT metrics: throughput (load average, ops/s); throughput_drift (operations in the second
- * cycle / the first: 1.0 is stable, < 1 slowing down); rss_load_peak (KiB); rss_growth (RSS
+ * cycle / the first: 1.0 is stable, < 1 slowing down); rss_load_peak and rss_load_mean (KiB,
+ * the highest and the mean of the samples under load: how closely RSS follows the live data
+ * through the mix changes); rss_growth (RSS
  * growth since the start at the end of cycle 2 / at the end of cycle 1: 1.0 is stable, > 1 the
  * footprint creeps up under the same load); rss_idle (KiB at the end of idle); rss_idle_ratio
  * (RSS growth at the end of idle / peak RSS growth under load: near 0 means memory went back to
@@ -209,6 +211,7 @@ int main(int argc, char **argv) {
   pthread_barrier_wait(&G.start);
   uint64_t prev_ops = 0, cycle_ops[2] = {0, 0}, load_ops = 0;
   long rss_cycle_end[2] = {0, 0}, rss_peak = 0;
+  double rss_sum = 0;
   double prev_t = 0;
   for (long k = 1; k <= nsamples; k++) {
     bu_sleep_until(t0 + (double)k * interval);
@@ -223,6 +226,7 @@ int main(int argc, char **argv) {
       long cyc = (k - 1) / (seg_samples * NMIX);
       if (cyc < 2) cycle_ops[cyc] += ops - prev_ops;
       if (rss > rss_peak) rss_peak = rss;
+      rss_sum += (double)rss;
       if (k % (seg_samples * NMIX) == 0 && cyc < 2) rss_cycle_end[cyc] = rss;
     }
     prev_ops = ops;
@@ -251,6 +255,7 @@ int main(int argc, char **argv) {
   if (cycles >= 2 && cycle_ops[0] > 0)
     bu_result(name, t, "throughput_drift", (double)cycle_ops[1] / (double)cycle_ops[0], "ratio");
   bu_result(name, t, "rss_load_peak", (double)rss_peak, "KiB");
+  bu_result(name, t, "rss_load_mean", rss_sum / (double)load_samples, "KiB");
   if (cycles >= 2 && rss_cycle_end[0] > rss_base)
     bu_result(name, t, "rss_growth",
               (double)(rss_cycle_end[1] - rss_base) / (double)(rss_cycle_end[0] - rss_base), "ratio");
