@@ -274,13 +274,13 @@ extern uint8_t  _trove_class_group_lo[TROVE_CLASSES];
 #define TROVE_ALIGN_ROWS (TROVE_PAGE_SHIFT - 4 + 1)
 extern uint8_t  _trove_class_aligned[TROVE_ALIGN_ROWS][TROVE_CLASSES];
 /* The same folded into malloc's direct[] slots, for the common aligned requests: row lg for
- * an alignment of 2^lg <= TROVE_ALIGN_DIRECT_MAX (rows below 4 as row 4), column
+ * an alignment of 2^lg up to 2^TROVE_ALIGN_DIRECT_LG (rows below 4 as row 4), column
  * (size + 15) >> 4 for size <= TROVE_DIRECT_MAX: the slot of the aligned class, 0 where that
  * class is above TROVE_DIRECT_MAX (the general aligned path serves it). One load instead of
  * three table lookups and a slot computation. */
 #define TROVE_ALIGN_DIRECT_LG 10
-#define TROVE_ALIGN_DIRECT_MAX ((size_t)1 << TROVE_ALIGN_DIRECT_LG)
 extern uint8_t  _trove_aligned_slot[TROVE_ALIGN_DIRECT_LG + 1][128];
+_Static_assert(TROVE_DIRECT_SLOTS <= 128, "a row of _trove_aligned_slot holds every slot");
 /* Class of 0 < size <= SMALL_MAX: 16-byte steps to 128, then eighths of each power of two. */
 TROVE_INLINE size_t _trove_size_class(size_t size) {
   if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
