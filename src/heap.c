@@ -899,7 +899,9 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
     return;
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
-  if (owner != NULL && parked_since(owner) && _trove_tls_heap == &_trove_heap_empty &&
+  /* The thread's own heap first: parked_ms shares a line with fields the owner's slow paths
+   * write, which every remote free would otherwise read. */
+  if (owner != NULL && _trove_tls_heap == &_trove_heap_empty && parked_since(owner) &&
       thread_heap_init(owner) != NULL) {
     /* A new thread's first call frees a block of a parked heap: it inherits that heap (the
      * thread it replaces handed it the block), not whichever heap was parked last. The

@@ -114,35 +114,40 @@ typedef struct trove_arena_ref_s {   /* page_heap.c: which arena a heap takes pa
  * by different threads never share a line. The owner alone touches the hot fields; other
  * threads only push onto thread_free (pool superblocks) or onto the owner's remote queue. */
 typedef struct trove_sb_s {
-  /* hot: malloc/free fast paths */
-  trove_block_t *free;         /* blocks malloc pops */
-  trove_block_t *local_free;   /* blocks collected from thread_free; become `free` when it runs out */
+  /* Two cache lines: what every free reads (another thread's too) and the owner's. A remote
+   * free reads the first to validate and route the block while the owner's mallocs write
+   * `free` and `slack`; on one line, each side's access missed on the other's write. In a
+   * producer-consumer pair (one thread allocates, the other frees; 32-512 B), 80% of free's
+   * samples and 70% of malloc's were on those loads. */
+  /* line 0: read by every free; written on slow paths only */
   uintptr_t start;             /* address of block 0 */
+  uint64_t divm;               /* ceil(2^64 / bsize) (see is_block): no divide */
+  uint64_t limit;              /* (carved / bsize) * (bsize * divm mod 2^64): see is_block */
+  _Atomic(struct trove_heap_s *) heap;  /* owner; NULL in the pool, for medium and free runs */
   uint32_t carved;             /* bytes of the run handed to blocks so far (0 for a free run) */
   uint32_t bsize;              /* block size; for a medium object its usable size */
-  uint64_t divm;               /* ceil(2^64 / bsize) (see is_block): no divide */
-  int32_t slack;               /* used - trigger: a local free slow-paths when it drops below 0
-                                  (used = live blocks, including remote frees not collected) */
-  int32_t trigger;
-  _Atomic(struct trove_heap_s *) heap;  /* owner; NULL in the pool, for medium and free runs */
-  uint64_t limit;              /* (carved / bsize) * (bsize * divm mod 2^64): see is_block */
-  /* cold: slow paths */
-  _Atomic(trove_block_t *) thread_free __attribute__((aligned(TROVE_CACHE_LINE)));
-  struct trove_sb_s *next, *prev;       /* heap list, pool list or page-heap bin */
   uint32_t capacity;           /* blocks that fit */
   uint32_t span_bytes;         /* npages * PAGE */
   uint16_t page;               /* index of the first page in the segment */
   uint16_t npages;
   uint8_t kind;                /* trove_span_kind_t */
-  uint8_t state;               /* trove_sb_state_t */
   uint8_t cls;
   uint8_t dirty;               /* free run: touched since the last purge */
   uint8_t reclaim;             /* pool: abandoned by an exiting thread, a free may adopt it */
+  uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
+  /* line 1: the owner's (malloc and local free write it) */
+  trove_block_t *free __attribute__((aligned(TROVE_CACHE_LINE)));   /* blocks malloc pops */
+  int32_t slack;               /* used - trigger: a local free slow-paths when it drops below 0
+                                  (used = live blocks, including remote frees not collected) */
+  int32_t trigger;
+  trove_block_t *local_free;   /* blocks collected from thread_free; become `free` when it runs out */
+  _Atomic(trove_block_t *) thread_free;
+  struct trove_sb_s *next, *prev;       /* heap list, pool list or page-heap bin */
+  uint8_t state;               /* trove_sb_state_t */
   uint8_t pool_full : 1;       /* pool: on the class's `full` list rather than `avail` */
   uint8_t pool_empty : 1;      /* pool: entered it empty and carved (see heap.c, pool_empties) */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   _Atomic(int32_t) pool_live;  /* pool: live blocks not yet freed (a hint, see heap.c) */
-  uint64_t freed_at;           /* free run / empty superblock: when it became free (ms) */
   union {
     size_t requested;          /* medium: bytes asked for (stats) */
     uintptr_t idle_mark;       /* current superblock: its list heads when last seen idle */
@@ -171,6 +176,9 @@ typedef struct trove_segment_s {
 } trove_segment_t;
 
 _Static_assert(sizeof(trove_sb_t) == 128, "pagemap offsets assume 128-byte descriptors");
+_Static_assert(offsetof(trove_sb_t, freed_at) < TROVE_CACHE_LINE &&
+                   offsetof(trove_sb_t, free) == TROVE_CACHE_LINE,
+               "what every free reads and what the owner writes on separate lines");
 #define TROVE_SEGMENT_MAGIC 0x65766f7274ull   /* "trove" */
 #define TROVE_HEADER_PAGES ((sizeof(trove_segment_t) + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT)
 
