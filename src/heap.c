@@ -704,6 +704,10 @@ static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n) {
 /* Queue a freed block where its superblock's owner will find it: the owner heap's remote
  * queue, or the superblock's own list while it is in the pool. Takes no lock. */
 static void route_block(trove_sb_t *sb, trove_block_t *b) {
+  if (sb->kind == TROVE_SPAN_MEDIUM) {       /* its heap is gone: the page heap takes it */
+    _trove_pages_free(sb);
+    return;
+  }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
   if (owner) push_remote(owner, b);
   else pool_free_block(sb, b);
@@ -895,7 +899,18 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
  * block's tag is already written. */
 void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
   if (sb->kind == TROVE_SPAN_MEDIUM) {
-    medium_free(_trove_tls_heap, sb);
+    /* Back to the thread that allocated it, as a small block goes, where its next medium
+     * malloc takes it from its own cache (a thread that allocates buffers and hands them to
+     * others to free). Kept by the freeing thread, such runs waited in a cache no malloc of
+     * that thread used, and the allocating thread took runs from the page heap under its
+     * lock, faulting in fresh pages. Not to a parked heap or one of a fork's parent. */
+    trove_heap_t *h = _trove_tls_heap, *owner = sb->medium_heap;
+    if (owner != NULL && owner != h && owner->fork_gen == _trove_fork_gen &&
+        parked_since(owner) == 0) {
+      push_remote(owner, b);
+      return;
+    }
+    medium_free(h, sb);
     return;
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
@@ -937,6 +952,7 @@ static TROVE_NOINLINE void drain_remote_queue(trove_heap_t *h) {
       uintptr_t a = (uintptr_t)b;
       trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
       if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == h) free_local(h, sb, b);
+      else if (sb->kind == TROVE_SPAN_MEDIUM) medium_free(h, sb);
       else route_block(sb, b);               /* it changed hands: forward */
       h->c.remote_frees++;
       if (next[i]) lanes[m++] = next[i];
@@ -1517,6 +1533,7 @@ static bool sb_refill(trove_sb_t *sb) {
 static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
+  if (h) drain_remote(h);                  /* medium runs other threads freed come back here */
   trove_sb_t *run = h && h->mcache_pages && align_pages == 1 ? medium_cache_take(h, size, npages) : NULL;
   if (h) h->mfree_streak = 0;
   if (run == NULL) {
@@ -1530,6 +1547,7 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
    * whole length off (counted from the request, a thread that reused longer runs drifted
    * below zero, and a negative net bound its cache to the fixed part for good) */
   if (h) h->medium_net += (int64_t)run->npages;
+  run->medium_heap = h;
   run->requested = size;
   ((trove_block_t *)run->start)->tag = 0;   /* a tag left by an earlier free is not ours */
   return (void *)run->start;

@@ -140,7 +140,10 @@ typedef struct trove_sb_s {
   int32_t slack;               /* used - trigger: a local free slow-paths when it drops below 0
                                   (used = live blocks, including remote frees not collected) */
   int32_t trigger;
-  trove_block_t *local_free;   /* blocks collected from thread_free; become `free` when it runs out */
+  union {
+    trove_block_t *local_free; /* blocks collected from thread_free; become `free` when it runs out */
+    struct trove_heap_s *medium_heap;  /* medium: the heap that allocated it (heap.c) */
+  };
   _Atomic(trove_block_t *) thread_free;
   struct trove_sb_s *next, *prev;       /* heap list, pool list or page-heap bin */
   uint8_t state;               /* trove_sb_state_t */
@@ -354,7 +357,9 @@ typedef struct trove_heap_s {
   uint64_t cur_scan_ms;                    /* next idle scan of the current superblocks */
   uint64_t sparse_scan_ms;                 /* next scan for empty sparse ones past the delay */
   uint64_t over_since_ms;                  /* past K with live sparse ones since (0: not) */
-  uint64_t fork_gen;                       /* the fork generation it was taken in */
+  trove_heap_counters_t c;
+  /* Read by other threads' frees (a medium run's, heap.c): a line the owner seldom writes */
+  uint64_t fork_gen __attribute__((aligned(TROVE_CACHE_LINE)));  /* the fork generation it was taken in */
   bool alive;                              /* a thread runs on it (or it is shared), if
                                             * fork_gen is the current one (_trove_heap_live) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */
@@ -364,7 +369,6 @@ typedef struct trove_heap_s {
   uint64_t born_ms;                        /* when its thread took it (see _trove_heap_thread_done) */
   uint32_t id;
   trove_arena_ref_t arena;                 /* the page heap arena it takes runs from */
-  trove_heap_counters_t c;
   uint8_t first_borrows[TROVE_CLASSES];    /* heap.c, borrow: with threads crowding the CPUs */
   struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */
   struct trove_heap_s *next_free;          /* heaps of exited threads, for reuse */

@@ -74,6 +74,18 @@ static void *free_thread(void *arg) {
   return NULL;
 }
 
+/* phase 4: frees the medium buffers main allocated */
+#define MEDIUM_N 8
+#define MEDIUM_SIZE ((size_t)96 << 10)
+static void *free_medium_thread(void *arg) {
+  void **p = arg;
+  void *own = T_MALLOC(64);             /* a thread with a heap (and a cache) of its own */
+  CHECK(own != NULL);
+  T_FREE(own);
+  for (size_t i = 0; i < MEDIUM_N; i++) T_FREE(p[i]);
+  return NULL;
+}
+
 /* phase 1: free the predecessor's batch, leave one for the successor */
 static set_t chain[2];
 static size_t chain_i;
@@ -238,6 +250,33 @@ int main(int argc, char **argv) {
     CHECKF(st.in_use <= in_use0 + 64 * TH_KIB,
            "trove_collect() left %zu KiB in use (was %zu KiB) after every block of an exited "
            "thread was freed: its parked heap was not handed back", st.in_use / 1024, in_use0 / 1024);
+  }
+
+  /* ---- phase 4: medium buffers freed by another thread go back to the one that allocated
+   * them (a thread that reads into buffers and hands them to workers): its next mallocs of
+   * that size reuse them rather than taking fresh pages while they wait elsewhere ---- */
+  {
+    void *given[MEDIUM_N], *again[MEDIUM_N];
+    th_collect();                       /* main's cache of medium runs starts empty */
+    for (size_t i = 0; i < MEDIUM_N; i++) {
+      given[i] = T_MALLOC(MEDIUM_SIZE);
+      CHECK(given[i] != NULL);
+      memset(given[i], 0x5a, MEDIUM_SIZE);
+    }
+    pthread_t f;
+    CHECK(pthread_create(&f, NULL, free_medium_thread, given) == 0);
+    CHECK(pthread_join(f, NULL) == 0);
+    size_t reused = 0;
+    for (size_t i = 0; i < MEDIUM_N; i++) {
+      again[i] = T_MALLOC(MEDIUM_SIZE);
+      CHECK(again[i] != NULL);
+      for (size_t j = 0; j < MEDIUM_N; j++) reused += again[i] == given[j];
+    }
+    printf("medium buffers freed by another thread: %zu of %d reused by their allocator\n", reused,
+           MEDIUM_N);
+    CHECKF(reused >= MEDIUM_N - 2, "only %zu of %d medium buffers that another thread freed came "
+           "back to the thread that allocated them", reused, MEDIUM_N);
+    for (size_t i = 0; i < MEDIUM_N; i++) T_FREE(again[i]);
   }
 
   T_FREE(ptrs);
