@@ -11,8 +11,8 @@
  *     32 messages at a time.
  * t=2 is one producer-consumer pair in both modes; t=1 is one thread that fills its own ring
  * and empties it when full (the serial baseline). A producer allocates messages of uniform
- * random size 32-512 B and writes a header (the first 64 bytes); the consumer reads the first
- * word and frees the message. A side that finds its ring full (or empty) yields the CPU.
+ * random size 32-512 B (--min-size, --max-size) and writes a header (the first 64 bytes); the
+ * consumer reads the first word and frees the message. A side that finds its ring full (or empty) yields the CPU.
  * 8 M messages in all (fixed total work). Metrics: time, throughput (messages per second),
  * peak_rss.
  *
@@ -36,6 +36,7 @@ static struct {
   bool out;
   int threads;
   long per_producer;
+  size_t min_size, max_size;
   uint64_t seed;
   ring_t *rings;                  /* in: one per producer; out: one per consumer */
   pthread_barrier_t start;
@@ -68,7 +69,7 @@ static long ring_drain(ring_t *r, uint64_t *sum) {
 }
 
 static void *message(bu_rng *rng, long i) {
-  size_t size = (size_t)bu_rand_range(rng, 32, 512);
+  size_t size = (size_t)bu_rand_range(rng, G.min_size, G.max_size);
   uint64_t *m = bu_malloc(size);
   for (size_t w = 0; w < 8 && w * 8 < size; w++) m[w] = (uint64_t)i + w;
   return m;
@@ -134,10 +135,12 @@ static void *worker(void *arg) {
 int main(int argc, char **argv) {
   bu_common c = bu_common_defaults(2);
   const char *mode = "in";
-  long messages = -1;
+  long messages = -1, min_size = 32, max_size = 512;
   const bu_opt opts[] = {
       {"mode", BU_OPT_STRING, &mode, "in (t-1 producers, 1 consumer) or out (1 producer)"},
       {"messages", BU_OPT_LONG, &messages, "messages in all (default 8M, smoke 80k)"},
+      {"min-size", BU_OPT_LONG, &min_size, "smallest message in bytes (32)"},
+      {"max-size", BU_OPT_LONG, &max_size, "largest message in bytes (512)"},
   };
   bu_parse_args(argc, argv,
                 "handoff: producers hand each block to the consumer that frees it, through\n"
@@ -147,7 +150,9 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "out") == 0) G.out = true;
   else bu_die("--mode must be in or out");
   if (messages < 0) messages = bu_scaled(c.smoke ? 80000 : 8000000, c.scale, 1000);
-  if (messages < 1) bu_die("bad parameters");
+  if (messages < 1 || min_size < 8 || max_size < min_size) bu_die("bad parameters");
+  G.min_size = (size_t)min_size;
+  G.max_size = (size_t)max_size;
   const int t = c.threads;
   const char *name = G.out ? "handoff-out" : "handoff-in";
   int producers = t == 1 ? 1 : G.out ? 1 : t - 1;
