@@ -433,7 +433,10 @@ void _trove_pool_sweep(void) {
       for (trove_block_t *b = lanes[i], *next; b; b = next) {
         next = b->next;
         uintptr_t a = (uintptr_t)b;
-        route_block(_trove_sb_of(_trove_segment_of(a), a), b);
+        trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+        if (sb->kind == TROVE_SPAN_MEDIUM)
+          atomic_fetch_sub_explicit(&h->remote_medium_pages, sb->npages, memory_order_relaxed);
+        route_block(sb, b);
       }
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
@@ -895,6 +898,19 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   return true;
 }
 
+/* Room on `owner`'s remote queue for a medium run of `npages`: the runs queued there wait for
+ * the owner's next slow path, and a thread that handed out buffers and then blocks (on a
+ * socket, for its next request) might not take one for a long time; so at most what its
+ * medium cache holds without a batch (2 MiB) waits there, and past that the freeing thread
+ * gives the run to the page heap itself. The check and the add race with other frees: a few
+ * runs past the bound at most. */
+static bool medium_queue_room(trove_heap_t *owner, size_t npages) {
+  uint32_t q = atomic_load_explicit(&owner->remote_medium_pages, memory_order_relaxed);
+  if (q + npages > TROVE_MCACHE_FIXED) return false;
+  atomic_fetch_add_explicit(&owner->remote_medium_pages, (uint32_t)npages, memory_order_relaxed);
+  return true;
+}
+
 /* A free from a thread that does not own the block's superblock (or of a medium object). The
  * block's tag is already written. */
 void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
@@ -907,7 +923,10 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
     trove_heap_t *h = _trove_tls_heap, *owner = sb->medium_heap;
     if (owner != NULL && owner != h && owner->fork_gen == _trove_fork_gen &&
         parked_since(owner) == 0) {
-      push_remote(owner, b);
+      /* Its queue full: to the page heap of the owner's arena, where its mallocs look next
+       * (in this thread's cache it would wait for a malloc that may never come) */
+      if (medium_queue_room(owner, sb->npages)) push_remote(owner, b);
+      else _trove_pages_free(sb);
       return;
     }
     medium_free(h, sb);
@@ -952,7 +971,10 @@ static TROVE_NOINLINE void drain_remote_queue(trove_heap_t *h) {
       uintptr_t a = (uintptr_t)b;
       trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
       if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == h) free_local(h, sb, b);
-      else if (sb->kind == TROVE_SPAN_MEDIUM) medium_free(h, sb);
+      else if (sb->kind == TROVE_SPAN_MEDIUM) {
+        atomic_fetch_sub_explicit(&h->remote_medium_pages, sb->npages, memory_order_relaxed);
+        medium_free(h, sb);
+      }
       else route_block(sb, b);               /* it changed hands: forward */
       h->c.remote_frees++;
       if (next[i]) lanes[m++] = next[i];

@@ -360,6 +360,7 @@ typedef struct trove_heap_s {
   trove_heap_counters_t c;
   /* Read by other threads' frees (a medium run's, heap.c): a line the owner seldom writes */
   uint64_t fork_gen __attribute__((aligned(TROVE_CACHE_LINE)));  /* the fork generation it was taken in */
+  _Atomic uint32_t remote_medium_pages;    /* pages of medium runs queued on `remote` (heap.c) */
   bool alive;                              /* a thread runs on it (or it is shared), if
                                             * fork_gen is the current one (_trove_heap_live) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */

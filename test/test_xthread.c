@@ -75,6 +75,18 @@ static void *free_thread(void *arg) {
 }
 
 /* phase 4: frees the medium buffers main allocated */
+typedef struct {
+  void **p;
+  size_t n;
+} ptr_list_t;
+static void *free_many_thread(void *arg) {
+  ptr_list_t *a = arg;
+  void *own = T_MALLOC(64);
+  CHECK(own != NULL);
+  T_FREE(own);
+  for (size_t i = 0; i < a->n; i++) T_FREE(a->p[i]);
+  return NULL;
+}
 #define MEDIUM_N 8
 #define MEDIUM_SIZE ((size_t)96 << 10)
 static void *free_medium_thread(void *arg) {
@@ -277,6 +289,25 @@ int main(int argc, char **argv) {
     CHECKF(reused >= MEDIUM_N - 2, "only %zu of %d medium buffers that another thread freed came "
            "back to the thread that allocated them", reused, MEDIUM_N);
     for (size_t i = 0; i < MEDIUM_N; i++) T_FREE(again[i]);
+
+    /* ... but no more than its cache would take: a thread that handed out 16 MiB of buffers
+     * and then waits (no malloc, no free) must not keep them all in its queue */
+    enum { BIG_N = 64 };
+    void *big[BIG_N];
+    th_collect();
+    th_stats(&st);
+    size_t in_use0 = st.in_use;
+    for (size_t i = 0; i < BIG_N; i++) CHECK((big[i] = T_MALLOC((size_t)256 << 10)) != NULL);
+    pthread_t g;
+    ptr_list_t arg = {big, BIG_N};
+    CHECK(pthread_create(&g, NULL, free_many_thread, &arg) == 0);
+    CHECK(pthread_join(g, NULL) == 0);
+    th_stats(&st);              /* main has not allocated since: its queue is as g left it */
+    printf("64 buffers of 256 KiB freed by another thread: %zu KiB still in use\n",
+           (st.in_use - in_use0) / 1024);
+    CHECKF(st.in_use <= in_use0 + 3 * TH_MIB, "%zu KiB of buffers another thread freed wait "
+           "for their allocator's next malloc (bound: 2 MiB and a run)",
+           (st.in_use - in_use0) / 1024);
   }
 
   T_FREE(ptrs);
