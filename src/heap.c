@@ -921,7 +921,8 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
      * that thread used, and the allocating thread took runs from the page heap under its
      * lock, faulting in fresh pages. Not to a parked heap or one of a fork's parent. */
     trove_heap_t *h = _trove_tls_heap, *owner = sb->medium_heap;
-    if (owner != NULL && owner != h && owner->fork_gen == _trove_fork_gen &&
+    if (owner != NULL && owner != h &&
+        __atomic_load_n(&owner->fork_gen, __ATOMIC_RELAXED) == _trove_fork_gen &&
         parked_since(owner) == 0) {
       /* Its queue full: to the page heap of the owner's arena, where its mallocs look next
        * (in this thread's cache it would wait for a malloc that may never come) */
@@ -1029,7 +1030,8 @@ static trove_heap_t *heap_acquire(trove_heap_t *want) {
     if (parked_since(h) == 0) heap_reset(h);   /* a parked heap is taken over as it is */
     set_parked(h, 0);
     h->alive = true;
-    h->fork_gen = _trove_fork_gen;
+    /* atomic: a free of a medium run it allocated in its previous life reads it unlocked */
+    __atomic_store_n(&h->fork_gen, _trove_fork_gen, __ATOMIC_RELAXED);
     atomic_fetch_add_explicit(&heaps_alive, 1, memory_order_relaxed);
     h->now_ms = h->born_ms = _trove_os_now_ms();
   }
