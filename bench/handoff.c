@@ -12,7 +12,7 @@
  * t=2 is one producer-consumer pair in both modes; t=1 is one thread that fills its own ring
  * and empties it when full (the serial baseline). A producer allocates messages of uniform
  * random size 32-512 B (--min-size, --max-size) and writes a header (the first 64 bytes); the
- * consumer reads the first word and frees the message. A side that finds its ring full (or empty) yields the CPU.
+ * consumer checks the header's first two words and frees the message. A side that finds its ring full (or empty) yields the CPU.
  * 8 M messages in all (fixed total work). Metrics: time, throughput (messages per second),
  * peak_rss.
  *
@@ -61,6 +61,8 @@ static long ring_drain(ring_t *r, uint64_t *sum) {
   long t = atomic_load_explicit(&r->tail, memory_order_acquire);
   for (long i = h; i < t; i++) {
     uint64_t *m = r->slot[i & (RING - 1)];
+    if (m[1] != m[0] + 1) bu_die("message %p corrupt: header %llx %llx", (void *)m,
+                                 (unsigned long long)m[0], (unsigned long long)m[1]);
     *sum += m[0];
     free(m);
   }
@@ -150,7 +152,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "out") == 0) G.out = true;
   else bu_die("--mode must be in or out");
   if (messages < 0) messages = bu_scaled(c.smoke ? 80000 : 8000000, c.scale, 1000);
-  if (messages < 1 || min_size < 8 || max_size < min_size) bu_die("bad parameters");
+  if (messages < 1 || min_size < 16 || max_size < min_size) bu_die("bad parameters");
   G.min_size = (size_t)min_size;
   G.max_size = (size_t)max_size;
   const int t = c.threads;
