@@ -58,7 +58,7 @@
 #define TROVE_CLASSES       81                         /* class 0 unused */
 #define TROVE_DIRECT_MAX    1024                       /* direct[] serves sizes up to this */
 #define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 16 + 1)   /* every class size is a 16-multiple */
-#define TROVE_REMOTE_LANES  7              /* remote queue chains (with a flag, one cache line) */
+#define TROVE_REMOTE_LANES  7              /* remote queue chains (with its words, one cache line) */
 /* Superblock (Hoard's S): 64 KiB for blocks up to 8 KiB; larger classes get runs that hold 8. */
 #define TROVE_SB_SIZE       ((size_t)64 * 1024)
 #define TROVE_SB_PAGES      (TROVE_SB_SIZE >> TROVE_PAGE_SHIFT)
@@ -330,7 +330,10 @@ typedef struct trove_heap_s {
    * `remote_pending` (same line) is set by a push that finds it clear and cleared by the owner
    * before it takes the lanes, so the owner's check is one load. */
   _Atomic(trove_block_t *) remote[TROVE_REMOTE_LANES] __attribute__((aligned(TROVE_CACHE_LINE)));
-  _Atomic(uintptr_t) remote_pending;
+  _Atomic(uint32_t) remote_pending;
+  /* on the same line, which a remote free and the owner's take write anyway: pages of medium
+   * runs queued (heap.c, sweep_idle_queues) */
+  _Atomic uint32_t remote_medium_pages;
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
   /* f-empty owned superblocks ("sparse"): those with a live block on their class's list
    * (lists[c].sparse, and a bit per class in sparse_map), the empty ones of every class here */
@@ -360,7 +363,7 @@ typedef struct trove_heap_s {
   trove_heap_counters_t c;
   /* Read by other threads' frees (a medium run's, heap.c): a line the owner seldom writes */
   uint64_t fork_gen __attribute__((aligned(TROVE_CACHE_LINE)));  /* the fork generation it was taken in */
-  _Atomic uint32_t remote_medium_pages;    /* pages of medium runs queued on `remote` (heap.c) */
+  _Atomic uint64_t remote_taken_ms;        /* when the owner last took its queue (ms, a tick's) */
   bool alive;                              /* a thread runs on it (or it is shared), if
                                             * fork_gen is the current one (_trove_heap_live) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */
@@ -374,6 +377,9 @@ typedef struct trove_heap_s {
   struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */
   struct trove_heap_s *next_free;          /* heaps of exited threads, for reuse */
 } trove_heap_t;
+_Static_assert(offsetof(trove_heap_t, remote_medium_pages) + 4 <=
+                   offsetof(trove_heap_t, remote) + TROVE_CACHE_LINE,
+               "the remote queue's words share its lanes' line");
 
 extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first malloc */
 extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */
