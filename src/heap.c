@@ -55,6 +55,7 @@ static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b);
 static void drain_remote(trove_heap_t *h);
 static bool remote_pending(trove_heap_t *h);
 static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n);
+static trove_block_t *queue_take_all(trove_heap_t *h);
 
 /* `parked_ms` is read without the heaps lock by a free that looks for a heap to inherit. */
 static uint64_t parked_since(const trove_heap_t *h) {
@@ -426,18 +427,11 @@ void _trove_pool_sweep(void) {
      * (`alive` from the parent, or `orphan`) is never walked */
     if (h->alive || h->orphan || parked_since(h) || h->expiring || !remote_pending(h))
       continue;
-    trove_block_t *lanes[TROVE_REMOTE_LANES];
-    unsigned n = 0;
-    remote_take(h, lanes, &n);
-    for (unsigned i = 0; i < n; i++)
-      for (trove_block_t *b = lanes[i], *next; b; b = next) {
-        next = b->next;
-        uintptr_t a = (uintptr_t)b;
-        trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
-        if (sb->kind == TROVE_SPAN_MEDIUM)
-          atomic_fetch_sub_explicit(&h->remote_medium_pages, sb->npages, memory_order_relaxed);
-        route_block(sb, b);
-      }
+    for (trove_block_t *b = queue_take_all(h), *next; b; b = next) {
+      next = b->next;
+      uintptr_t a = (uintptr_t)b;
+      route_block(_trove_sb_of(_trove_segment_of(a), a), b);
+    }
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
 }
@@ -702,6 +696,25 @@ static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n) {
     trove_block_t *b = atomic_exchange_explicit(&h->remote[i], NULL, memory_order_seq_cst);
     if (b) lanes[(*n)++] = b;
   }
+}
+
+/* Another thread takes h's whole queue (a dead heap's, or an idle heap's for its medium
+ * runs), as one chain; the medium pages on it come off the count. */
+static trove_block_t *queue_take_all(trove_heap_t *h) {
+  trove_block_t *lanes[TROVE_REMOTE_LANES], *all = NULL;
+  unsigned n = 0;
+  remote_take(h, lanes, &n);
+  for (unsigned i = 0; i < n; i++)
+    for (trove_block_t *b = lanes[i], *next; b; b = next) {
+      next = b->next;
+      uintptr_t a = (uintptr_t)b;
+      trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+      if (sb->kind == TROVE_SPAN_MEDIUM)
+        atomic_fetch_sub_explicit(&h->remote_medium_pages, sb->npages, memory_order_relaxed);
+      b->next = all;
+      all = b;
+    }
+  return all;
 }
 
 /* Queue a freed block where its superblock's owner will find it: the owner heap's remote
@@ -1263,22 +1276,16 @@ static void sweep_idle_queues(bool all) {
       continue;
     if (!all && now - atomic_load_explicit(&h->remote_taken_ms, memory_order_relaxed) < wait)
       continue;
-    trove_block_t *lanes[TROVE_REMOTE_LANES];
-    unsigned n = 0;
-    remote_take(h, lanes, &n);
-    for (unsigned i = 0; i < n; i++)
-      for (trove_block_t *b = lanes[i], *next; b; b = next) {
-        next = b->next;
-        uintptr_t a = (uintptr_t)b;
-        trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
-        if (sb->kind == TROVE_SPAN_MEDIUM) {
-          atomic_fetch_sub_explicit(&h->remote_medium_pages, sb->npages, memory_order_relaxed);
-          b->next = runs;
-          runs = b;
-        } else {
-          push_remote(h, b);               /* the owner's, as before */
-        }
+    for (trove_block_t *b = queue_take_all(h), *next; b; b = next) {
+      next = b->next;
+      uintptr_t a = (uintptr_t)b;
+      if (_trove_sb_of(_trove_segment_of(a), a)->kind == TROVE_SPAN_MEDIUM) {
+        b->next = runs;
+        runs = b;
+      } else {
+        push_remote(h, b);                 /* the owner's, as before */
       }
+    }
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
   for (trove_block_t *b = runs, *next; b; b = next) {
