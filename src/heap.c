@@ -546,6 +546,7 @@ static void sparse_release_emptiest(trove_heap_t *h) {
         if (min == NULL || _trove_sb_used(sb) < _trove_sb_used(min)) min = sb;
   sparse_remove(h, min);
   h->c.released++;
+  if (_trove_sb_used(min) == 0) h->lists[min->cls].churn = 1;   /* see sb_grow */
   /* Not adopted again on a free (no ping-pong). An empty one may wait in the pool as it is
    * (see pool_empty_pages): through the page heap it was carved again each time. A thread that
    * fills and empties 6.4 MB of 64 B blocks (threadtest-64, past K's 1.5 MiB) took 0.384 s
@@ -1232,6 +1233,7 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
 
 /* ------------------------------------------------------------------ purging */
 static void sweep_idle_queues(bool all);
+static void grow_decay(trove_heap_t *h);
 void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
   if (h != &_trove_heap_empty) h->now_ms = now;
@@ -1244,6 +1246,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   if (h != &_trove_heap_empty) medium_cache_trim(h, false);
   if (h != &_trove_heap_empty && now >= h->cur_scan_ms) {
     cur_trim(h, now, false);
+    grow_decay(h);
     h->cur_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   }
   if (now < due) return;
@@ -1514,6 +1517,42 @@ static void *borrow(trove_heap_t *h, size_t cls) {
   return NULL;
 }
 
+/* Longer superblocks for a class a thread keeps carving again. Above 4 KiB a superblock
+ * holds 2-4 blocks (size_class.c: in a wide mix every class in use holds its current one,
+ * and short ones keep that lean) and an empty one past K goes to the page heap, not to the
+ * pool (sb_release_to: 8 blocks or more). So a thread that allocates such blocks by the
+ * thousand and frees them in batches sent each few blocks through the page heap (its lock,
+ * bins, split and coalesce) and carved them again: one thread filling and draining a ring of
+ * 1,024 messages of 16-64 KiB (bench/handoff -t 1) spent 55% of its time there, 0.140 s
+ * against mimalloc's 0.069 (512 KiB pages for blocks up to 128 KiB). So once a heap has taken
+ * SB_GROW_AFTER fresh superblocks of such a class within an idle scan's period (half the
+ * purge delay) while giving empty ones of it back (`churn`), its next ones are twice as long,
+ * up to SB_GROW_MAX_PAGES; each scan that finds none taken halves them again (grow_decay).
+ * Blocks are carved lazily, so a long superblock costs resident pages only for blocks it has
+ * handed out; what it costs is the free blocks it strands while one of its blocks lives. With
+ * 8 fresh ones as the trigger, shbench-large (8 B-16 KiB, 18k page-heap trips a second) grew
+ * its superblocks and held 22-30% more peak RSS; 1,024 in 125 ms (8k a second, where the trips
+ * cost ~0.1% of the time) leaves it as it was. From 1 KiB up (the pool keeps those carved),
+ * phases-small gained 5% at 1 thread but its peak RSS at 2 threads went from 283 to 376 MiB. */
+#define SB_GROW_AFTER 1024
+#define SB_GROW_MAX_PAGES 64                 /* 512 KiB */
+#define SB_GROW_MIN_SIZE 4096                /* classes above this grow */
+static void sb_grow(trove_heap_t *h, size_t cls) {
+  trove_class_lists_t *l = &h->lists[cls];
+  if (_trove_class_size[cls] <= SB_GROW_MIN_SIZE || !l->churn) return;
+  if (++l->fresh < SB_GROW_AFTER) return;
+  l->fresh = 0;
+  if (((size_t)_trove_class_pages[cls] << (l->grow + 1)) <= SB_GROW_MAX_PAGES) l->grow++;
+}
+
+static void grow_decay(trove_heap_t *h) {
+  for (size_t c = 1; c < TROVE_CLASSES; c++) {
+    trove_class_lists_t *l = &h->lists[c];
+    if (l->fresh == 0 && l->grow) l->grow--;
+    l->fresh = l->churn = 0;
+  }
+}
+
 static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls, void **lent) {
   trove_sb_t *sb;
   /* The fullest sparse superblock of this class (of the first SPARSE_LOOK: a thread alone
@@ -1534,6 +1573,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * partly carved runs of the class (larson-large's utilization 0.42 -> 0.38). A shared
    * heap, which serves many such threads, takes full-length ones (level with short ones on
    * manythreads: 100-800 threads within 1-2% in peak RSS and +-8% in time, 5 runs). */
+  pages <<= h->lists[cls].grow;
   size_t want = pages;
   bool crowded_first = h->lists[cls].full == NULL && !h->shared && crowded();
   if (crowded_first) want = _trove_class_starter[cls];
@@ -1582,6 +1622,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   _trove_sb_init(sb, cls);
   atomic_store_explicit(&sb->heap, h, memory_order_release);
   h->c.sb_fresh++;
+  sb_grow(h, cls);
   return sb;
 }
 

@@ -312,6 +312,10 @@ typedef struct trove_class_lists_s {
   trove_sb_t *partial, *full;              /* partial: oldest first (heap.c, partial_append) */
   trove_sb_t *sparse;                      /* sparse ones of this class with a live block */
   uint32_t nsparse;                        /* on `sparse` */
+  /* heap.c, sb_grow: its superblocks are class_pages << grow long; fresh ones taken since
+   * the last idle scan */
+  uint8_t grow, churn;
+  uint16_t fresh;
   trove_sb_t *partial_tail;
 } trove_class_lists_t;
 

@@ -207,6 +207,15 @@ check("a few threads: first superblocks of the usual length",
 p = run("crowded")
 check("more than 8 threads per CPU: short first superblocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") < 24, p.stdout[:200])
+# superblocks of a class grow while a thread keeps carving fresh ones and giving empty ones
+# back (heap.c, sb_grow); a long purge delay, so that the idle scan (every half delay) cannot
+# shrink them back during a slow (sanitized) run
+p = run("nogrow", TROVE_PURGE_DELAY_MS=60000)
+check("32 KiB blocks reused within K: superblocks of 2 blocks",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 2, p.stdout[:200])
+p = run("grow", TROVE_PURGE_DELAY_MS=60000)
+check("32 KiB blocks in batches past K: longer superblocks (up to 16 blocks)",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 8, p.stdout[:200])
 p = run("unshared")
 check("8 threads: a superblock of the 3 KiB class each (2 blocks)",
       p.returncode == 0 and value(p.stdout, "superblocks") >= 8, p.stdout[:300])

@@ -292,6 +292,27 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&crowd_bar);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     free(t);
+  } else if (strcmp(mode, "grow") == 0 || strcmp(mode, "nogrow") == 0) {
+    /* Batches of 32 KiB blocks (2 a superblock at first), all freed: 512 a batch (16 MiB,
+     * far past K, so empty superblocks leave the heap and fresh ones are carved), or 16
+     * (512 KiB, within K: the same superblocks serve every batch). Then the blocks a
+     * superblock of the class holds, counted while the last batch is live. */
+    enum { MAX = 512 };
+    static void *q[MAX];
+    int per = strcmp(mode, "grow") == 0 ? MAX : 16;
+    for (int round = 0; round < 200; round++) {
+      for (int i = 0; i < per; i++) {
+        q[i] = trove_malloc(32768);
+        if (q[i] == NULL) return 1;
+        memset(q[i], 1, 64);
+      }
+      if (round == 199) trove_stats_get(&st);
+      for (int i = 0; i < per; i++) trove_free(q[i]);
+    }
+    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
+      if (st.classes[c].block_size == 32768)
+        printf("blocks_per_superblock=%zu\n",
+               st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
     /* More than max(63, 8 per CPU) threads with a heap: the classes above 2 KiB come from
      * heaps the threads share, so far fewer superblocks of the 3 KiB class than threads;
