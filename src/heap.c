@@ -1531,9 +1531,9 @@ static void *borrow(trove_heap_t *h, size_t cls) {
  * Blocks are carved lazily, so a long superblock costs resident pages only for blocks it has
  * handed out; what it costs is the free blocks it strands while one of its blocks lives. With
  * 8 fresh ones as the trigger, shbench-large (8 B-16 KiB, 18k page-heap trips a second) grew
- * its superblocks and held 22-30% more peak RSS; 1,024 in 125 ms (8k a second, where the trips
+ * its superblocks and held 22-32% more peak RSS; 1,024 in 125 ms (8k a second, where the trips
  * cost ~0.1% of the time) leaves it as it was. From 1 KiB up (the pool keeps those carved),
- * phases-small gained 5% at 1 thread but its peak RSS at 2 threads went from 283 to 376 MiB. */
+ * phases-small gained 15% at 1 thread but its peak RSS at 2 threads went from 283 to 376 MiB. */
 #define SB_GROW_AFTER 1024
 #define SB_GROW_MAX_PAGES 64                 /* 512 KiB */
 #define SB_GROW_MIN_SIZE 4096                /* classes above this grow */
