@@ -19,6 +19,7 @@ static void init_body(void) {
   _trove_size_classes_init();
   _trove_options_init();
   _trove_pages_init();
+  _trove_pool_init();
   _trove_key = (uintptr_t)_trove_os_random();
   pthread_key_create(&_trove_thread_key, _trove_heap_thread_done);
   __atomic_store_n(&_trove_initialized, true, __ATOMIC_RELEASE);
@@ -59,21 +60,25 @@ void _trove_lock_wait(pthread_mutex_t *m) {
 
 /* ------------------------------------------------------------------ fork */
 trove_locks_t _trove_locks __attribute__((aligned(4096))) = {
-  .pool = {[0 ... TROVE_CLASSES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}},
+  .pool0 = {[0 ... TROVE_CLASSES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}},
+  .pool_more = {[0 ... TROVE_POOL_SHARDS_MAX - 2] = {[0 ... TROVE_CLASSES - 1] =
+                                                         {.lock = PTHREAD_MUTEX_INITIALIZER}}},
   .heaps = PTHREAD_MUTEX_INITIALIZER,
   .large = PTHREAD_MUTEX_INITIALIZER,
   .segment_cache = PTHREAD_MUTEX_INITIALIZER,
   .segment = PTHREAD_MUTEX_INITIALIZER,
   .serial = PTHREAD_MUTEX_INITIALIZER,
 };
-_Static_assert(offsetof(trove_locks_t, arena[42]) <= 2 * 4096, "42 arenas: two pages");
+_Static_assert(offsetof(trove_locks_t, arena[27]) <= 2 * 4096, "27 arenas: two pages");
 
 void _trove_shared_fork_prepare(void) TROVE_HIDDEN;
 void _trove_shared_fork_parent(void) TROVE_HIDDEN;
 static void fork_prepare(void) {
   _trove_shared_fork_prepare();      /* before the others: taken first in heap.c too */
   pthread_mutex_lock(&_trove_locks.heaps);
-  for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_locks.pool[c].lock);
+  for (size_t s = 0; s < _trove_pool_shards; s++)
+    if (_trove_pool_shard_in_use(s))
+      for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_pool_at(s, c)->lock);
   _trove_pages_lock_all();
   pthread_mutex_lock(&_trove_locks.large);
 }
@@ -81,7 +86,9 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   pthread_mutex_unlock(&_trove_locks.large);
   _trove_pages_unlock_all();
-  for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_locks.pool[c].lock);
+  for (size_t s = _trove_pool_shards; s-- > 0;)
+    if (_trove_pool_shard_in_use(s))
+      for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_pool_at(s, c)->lock);
   pthread_mutex_unlock(&_trove_locks.heaps);
   _trove_shared_fork_parent();
 }
@@ -89,7 +96,9 @@ static void fork_parent(void) {
 static void fork_child(void) {
   _trove_lock_reset(&_trove_locks.large);
   _trove_pages_fork_child();
-  for (size_t c = 1; c < TROVE_CLASSES; c++) _trove_lock_reset(&_trove_locks.pool[c].lock);
+  for (size_t s = 0; s < _trove_pool_shards; s++)
+    if (_trove_pool_shard_in_use(s))
+      for (size_t c = 1; c < TROVE_CLASSES; c++) _trove_lock_reset(&_trove_pool_at(s, c)->lock);
   _trove_lock_reset(&_trove_locks.heaps);
   _trove_heaps_fork_child();
 }

@@ -410,7 +410,9 @@ void _trove_pool_sweep(void) TROVE_HIDDEN;
 void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
 /* The shared pool of one size class (Hoard's global heap): superblocks owned by no heap. One
  * lock per class, each on its own cache line: with one lock for all classes, 16 threads of
- * bench/stability on 16 cores waited 7.4 s in all on it in a 2 s run. */
+ * bench/stability on 16 cores waited 7.4 s in all on it in a 2 s run. And one such pool per
+ * shard (heap.c, pool_shard_of): a superblock goes to the shard of its segment's page heap
+ * arena, and a heap looks in its own arena's shard first, then in the others. */
 typedef struct trove_pool_s {
   pthread_mutex_t lock;
   trove_sb_t *avail;           /* superblocks that may have a free block */
@@ -424,22 +426,35 @@ typedef struct trove_pool_s {
 enum { TROVE_LOCK_POOL, TROVE_LOCK_PAGES };
 
 #define TROVE_ARENAS_MAX 64
-/* The locks fork() holds (init.c), side by side on two pages (three past 42 arenas).
+/* Pool shards: one per arena, up to this many (fork holds every lock of those in use). */
+#define TROVE_POOL_SHARDS_MAX 16
+/* The locks fork() holds (init.c), side by side: the first shard's pool locks and 27 arenas'
+ * fit two pages with the rest, and each other shard in use (a heap of its arena exists) adds
+ * 5 KiB; the pages of shards no heap uses are not written.
  * After a fork the parent unlocks each and the child makes each anew, and either one's first
  * write to a page they share takes a copy-on-write fault: spread over five pages of .bss
  * (the pool's, the heap list's, the large objects', the segment cache's, the reservation's),
  * a fork of a small single-threaded process cost 14 faults more than with glibc (32 against
  * 18; 97 us against 60 a fork and wait). */
 typedef struct {
-  trove_pool_t pool[TROVE_CLASSES];          /* one lock per class, each on its own line */
   pthread_mutex_t heaps __attribute__((aligned(TROVE_CACHE_LINE)));   /* _trove_heaps_all */
   pthread_mutex_t large __attribute__((aligned(TROVE_CACHE_LINE)));   /* large.c */
   pthread_mutex_t segment_cache __attribute__((aligned(TROVE_CACHE_LINE))); /* page_heap.c */
   pthread_mutex_t segment __attribute__((aligned(TROVE_CACHE_LINE)));      /* segment.c */
   pthread_mutex_t serial __attribute__((aligned(TROVE_CACHE_LINE)));   /* heap.c, thread exit */
-  /* page_heap.c's arenas', in use up to its `narenas` (42 fit the second page) */
+  /* heap.c's pools, one lock per class and shard, each on its own line: shard 0, then (after
+   * the arenas' locks, so that a process with a few threads and CPUs writes two pages) the
+   * others, up to _trove_pool_shards; see _trove_pool_at */
+  trove_pool_t pool0[TROVE_CLASSES];
+  /* page_heap.c's arenas', in use up to its `narenas` (27 fit the second page) */
   struct { pthread_mutex_t m; } __attribute__((aligned(TROVE_CACHE_LINE))) arena[TROVE_ARENAS_MAX];
+  trove_pool_t pool_more[TROVE_POOL_SHARDS_MAX - 1][TROVE_CLASSES];
 } trove_locks_t;
+extern uint32_t _trove_pool_shards;
+/* Shards a heap's arena maps to (set under the heaps lock, so fork, which holds it, sees
+ * them all); shard 0 always. A superblock's shard is its segment's arena's, and only an
+ * arena that served a heap (or arena 0) has segments. */
+extern _Atomic uint8_t _trove_pool_shard_used[TROVE_POOL_SHARDS_MAX];
 extern trove_locks_t _trove_locks;
 /* A fork's child makes the locks its parent held anew by assignment: no call into libc, whose
  * code pages the child would fault in first. */
@@ -447,6 +462,12 @@ static inline void _trove_lock_reset(pthread_mutex_t *m) {
   *m = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
 extern _Atomic size_t _trove_lock_waits[2];
+TROVE_INLINE trove_pool_t *_trove_pool_at(size_t shard, size_t cls) {
+  return shard ? &_trove_locks.pool_more[shard - 1][cls] : &_trove_locks.pool0[cls];
+}
+TROVE_INLINE bool _trove_pool_shard_in_use(size_t shard) {
+  return atomic_load_explicit(&_trove_pool_shard_used[shard], memory_order_relaxed) != 0;
+}
 void _trove_lock_wait(pthread_mutex_t *m) TROVE_HIDDEN;   /* init.c: spin a while, then block */
 static inline void _trove_lock(pthread_mutex_t *m, int which) {
   if (pthread_mutex_trylock(m) == 0) return;
@@ -460,6 +481,8 @@ trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* ar
 void _trove_segment_unreserve(void) TROVE_HIDDEN;  /* out of memory: unmap what is mapped ahead */
 void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
 void _trove_pages_init(void) TROVE_HIDDEN;
+size_t _trove_pages_narenas(void) TROVE_HIDDEN;
+void _trove_pool_init(void) TROVE_HIDDEN;
 size_t _trove_pages_used(void) TROVE_HIDDEN;   /* pages in runs handed out (relaxed: a hint) */
 void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) TROVE_HIDDEN;
 /* A run from the heap's arena (`ref` NULL: arena 0) */

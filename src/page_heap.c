@@ -76,6 +76,8 @@ void _trove_pages_init(void) {
   if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) publish_pages = 1;
 }
 
+size_t _trove_pages_narenas(void) { return narenas; }
+
 /* Arena lock held: count `d` pages more (or fewer) dirty, or in use, in arena `a`. */
 static void count_dirty(arena_t *a, long d) {
   __atomic_store_n(&a->dirty_pages, a->dirty_pages + (size_t)d, __ATOMIC_RELAXED);  /* peeked */

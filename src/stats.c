@@ -285,14 +285,18 @@ TROVE_API int trove_heap_map_write(const char *path) {
   first = true;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     size_t count = 0, used = 0, cap = 0;
-    pthread_mutex_lock(&_trove_locks.pool[c].lock);
-    for (int full = 0; full < 2; full++)
-      for (trove_sb_t *sb = full ? _trove_locks.pool[c].full : _trove_locks.pool[c].avail; sb; sb = sb->next) {
-        count++;
-        used += (size_t)_trove_sb_used(sb);
-        cap += sb->capacity;
-      }
-    pthread_mutex_unlock(&_trove_locks.pool[c].lock);
+    for (size_t s = 0; s < _trove_pool_shards; s++) {
+      if (!_trove_pool_shard_in_use(s)) continue;
+      trove_pool_t *pool = _trove_pool_at(s, c);
+      pthread_mutex_lock(&pool->lock);
+      for (int full = 0; full < 2; full++)
+        for (trove_sb_t *sb = full ? pool->full : pool->avail; sb; sb = sb->next) {
+          count++;
+          used += (size_t)_trove_sb_used(sb);
+          cap += sb->capacity;
+        }
+      pthread_mutex_unlock(&pool->lock);
+    }
     if (!count) continue;
     _trove_snprintf(line, sizeof line,
                     "%s{\"block_size\":%u,\"superblocks\":%zu,\"used\":%zu,\"capacity\":%zu}",
