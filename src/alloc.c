@@ -65,8 +65,10 @@ static void *alloc_zero(size_t size) {
     return p;
   }
   _trove_init();
-  void *p = size <= TROVE_MEDIUM_MAX ? _trove_malloc_medium(size, 0, true)
-                                     : _trove_large_alloc(size, 0, true);
+  void *p;
+  do p = size <= TROVE_MEDIUM_MAX ? _trove_malloc_medium(size, 0, true)
+                                  : _trove_large_alloc(size, 0, true);
+  while (p == NULL && _trove_heap_release_cache());
   if (p == NULL) _trove_os_set_enomem();
   return p;
 }
@@ -211,12 +213,13 @@ static TROVE_NOINLINE void *alloc_aligned(size_t align, size_t size) {
   }
   _trove_init();
   void *p;
-  if (rounded <= TROVE_MEDIUM_MAX && align <= TROVE_MEDIUM_MAX) {
-    p = _trove_malloc_medium(rounded > TROVE_SMALL_MAX ? rounded : TROVE_SMALL_MAX + 1, align,
-                             false);
-  } else {
-    p = _trove_large_alloc(size, align, false);
-  }
+  do {
+    if (rounded <= TROVE_MEDIUM_MAX && align <= TROVE_MEDIUM_MAX)
+      p = _trove_malloc_medium(rounded > TROVE_SMALL_MAX ? rounded : TROVE_SMALL_MAX + 1, align,
+                               false);
+    else
+      p = _trove_large_alloc(size, align, false);
+  } while (p == NULL && _trove_heap_release_cache());
   if (p) return p;
 enomem:
   _trove_os_set_enomem();

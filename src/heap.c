@@ -792,17 +792,31 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
 /* ------------------------------------------------------------------ medium runs */
 /* A thread keeps the medium runs it frees and reuses them without the page heap lock: a bin
  * per length (9-128 pages) and a bitmap of the bins that hold some, so a malloc finds a run of
- * its length or up to 1/8 longer in a few instructions. The bound is 2 MiB, plus the medium
- * pages the thread freed since its last medium malloc (a batch), but no more than the
- * medium pages it has taken and not freed (`medium_net`) nor half of all pages in use:
+ * its length or up to 1/8 longer in a few instructions. The bound is 2 MiB, plus a burst: the
+ * medium pages the thread freed since its last medium malloc, when more than 2 MiB, and no
+ * more than it held before the burst (`medium_net` + the burst):
  * - a thread that frees a batch of buffers and then allocates the next batch (I/O buffers,
- *   decoded objects) keeps the whole batch;
+ *   decoded objects, a ring it fills and drains) keeps the whole batch. Bounded by what it
+ *   still held (and half of all pages in use), the cache fell to 2 MiB as the batch ended:
+ *   one thread filling and draining a ring of 1,024 buffers of 64-256 KiB (bench/handoff)
+ *   took each buffer from the page heap, 0.15-0.24 s a run (mimalloc 0.11-0.17), now 0.06;
  * - where frees and mallocs of random lengths alternate, a cache can only fill up with the
  *   lengths no malloc wants (each length's count wanders, and the runs it holds cannot
  *   coalesce): with the batch term left out, sizesweep's peak RSS at 2 threads went from
  *   66 to 72 MiB; so there the bound stays near 2 MiB;
+ * - but while other threads take fresh pages (not resident: none free in the page heap fit),
+ *   a burst kept here is memory they fault in anew: 8 threads building and freeing phases of
+ *   64-128 KiB buffers out of step on 2 cores (bench/phases --wide) peaked at 283 MiB
+ *   instead of 218. For 1/8 of the purge delay after this heap sees another thread's fresh
+ *   pages (the page heap's count, _trove_pages_fresh, less the ones it took itself), the
+ *   bound is the earlier one: what it still holds, and half of all pages in use. And when it
+ *   takes fresh pages itself, the runs it keeps do not fit its requests: they go back to the
+ *   page heap, where they merge with their neighbours;
  * - a thread that frees what others allocated (net negative) keeps 2 MiB, and the part above
- *   2 MiB, summed over threads, is at most the medium pages live: Hoard's A = O(U + P) holds.
+ *   2 MiB, summed over threads, is at most the medium pages they held at their bursts' start
+ *   (at most the recent peak of those live), for 1/8 of the purge delay: Hoard's A = O(U + P)
+ *   holds with U that peak, as the page heap's dirty cap does (1.25x the recent peak). Out of
+ *   memory, a thread gives its cache back and tries again (_trove_heap_release_cache).
  * A run waits at most 1/8 of the purge delay (medium_cache_trim), and the cache follows the
  * bound down when it falls. Before this cache (8 runs, 2 MiB), bench/holes at 2 threads (each
  * frees half of 285 MiB of 64-128 KiB buffers, then allocates as much) spent its time waiting
@@ -848,10 +862,20 @@ static size_t mcache_fixed(void) {
   return alive * TROVE_MCACHE_FIXED <= b ? TROVE_MCACHE_FIXED : b / alive;
 }
 
-static size_t mcache_cap(const trove_heap_t *h) {
-  size_t net = h->medium_net > 0 ? (size_t)h->medium_net : 0, half_used = _trove_pages_used() / 2;
-  size_t extra = net < half_used ? net : half_used;
-  return mcache_fixed() + (h->mfree_streak < extra ? h->mfree_streak : extra);
+static size_t mcache_cap(trove_heap_t *h) {
+  size_t net = h->medium_net > 0 ? (size_t)h->medium_net : 0, streak = h->mfree_streak;
+  uint64_t f = _trove_pages_fresh();
+  if (f != h->fresh_seen) {
+    h->fresh_seen = f;
+    h->fresh_others_ms = h->now_ms;
+  }
+  if (h->now_ms - h->fresh_others_ms < (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 8 &&
+      h->fresh_others_ms != 0) {
+    size_t half_used = _trove_pages_used() / 2, extra = net < half_used ? net : half_used;
+    return mcache_fixed() + (streak < extra ? streak : extra);
+  }
+  size_t before = net + streak, burst = streak > TROVE_MCACHE_FIXED ? streak : 0;
+  return mcache_fixed() + (burst < before ? burst : before);
 }
 
 static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
@@ -862,6 +886,17 @@ static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
 }
 
 static void medium_cache_trim(trove_heap_t *h, bool all);
+
+/* Hand back cached runs, the shortest first, until the cache holds `keep` pages. */
+static void mcache_shrink(trove_heap_t *h, size_t keep) {
+  while (h->mcache_pages > keep) {
+    size_t w = h->mcache_map[0] ? (size_t)__builtin_ctzll(h->mcache_map[0])
+                                : 64 + (size_t)__builtin_ctzll(h->mcache_map[1]);
+    trove_sb_t *old = h->mcache[w];
+    mcache_unlink(h, old);
+    _trove_pages_free_clock(old, 0, h->now_ms);
+  }
+}
 
 static void medium_free(trove_heap_t *h, trove_sb_t *run) {
   if (h != &_trove_heap_empty) {
@@ -885,13 +920,7 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
     /* The cap falls as the thread frees what it holds (a thread winding down frees nearly all
      * of it): hand back two cached runs for each one that does not fit, the shortest first,
      * so the cache follows the cap down. */
-    for (int k = 0; k < 2 && h->mcache_pages > cap; k++) {
-      size_t w = h->mcache_map[0] ? (size_t)__builtin_ctzll(h->mcache_map[0])
-                                  : 64 + (size_t)__builtin_ctzll(h->mcache_map[1]);
-      trove_sb_t *old = h->mcache[w];
-      mcache_unlink(h, old);
-      _trove_pages_free_clock(old, 0, h->now_ms);
-    }
+    for (int k = 0; k < 2 && h->mcache_pages > cap; k++) mcache_shrink(h, h->mcache_pages - 1);
     _trove_pages_free_clock(run, 0, h->now_ms);   /* the clock just read: a vDSO call less */
     return;
   }
@@ -1685,6 +1714,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
   sb = _trove_pages_alloc(&h->arena, want, 1, TROVE_SPAN_SMALL);
   if (sb == NULL) return NULL;
+  if (!sb->dirty) h->fresh_seen++;          /* its own: see mcache_cap */
   _trove_sb_init(sb, cls);
   atomic_store_explicit(&sb->heap, h, memory_order_release);
   h->c.sb_fresh++;
@@ -1714,6 +1744,12 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   if (run == NULL) {
     run = _trove_pages_alloc(h ? &h->arena : NULL, npages, align_pages, TROVE_SPAN_MEDIUM);
     if (run == NULL) return NULL;
+    if (h && !run->dirty) {
+      /* Fresh pages while it keeps runs that do not fit: those go back to the page heap,
+       * where they merge with their free neighbours and serve requests of any length. */
+      h->fresh_seen++;                         /* its own: see mcache_cap */
+      mcache_shrink(h, mcache_fixed());
+    }
     run->state = 0;
     _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
     atomic_store_explicit(&run->heap, NULL, memory_order_relaxed);
@@ -1726,6 +1762,16 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   run->requested = size;
   ((trove_block_t *)run->start)->tag = 0;   /* a tag left by an earlier free is not ours */
   return (void *)run->start;
+}
+
+/* Out of memory or address space: the calling thread's cached medium runs go back to the
+ * page heap, whose segments can then be unmapped; true if it had some (try again). */
+bool _trove_heap_release_cache(void) {
+  trove_heap_t *h = _trove_tls_heap;
+  if (h == &_trove_heap_empty || h->mcache_pages == 0) return false;
+  h->now_ms = _trove_os_now_ms();
+  medium_cache_trim(h, true);
+  return true;
 }
 
 void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;
@@ -1792,7 +1838,9 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
     _trove_heap_maybe_purge(h);
   }
   if (size > TROVE_SMALL_MAX) {
-    void *p = size <= TROVE_MEDIUM_MAX ? malloc_medium(h, size, 0) : _trove_large_alloc(size, 0, false);
+    void *p;
+    do p = size <= TROVE_MEDIUM_MAX ? malloc_medium(h, size, 0) : _trove_large_alloc(size, 0, false);
+    while (p == NULL && _trove_heap_release_cache());
     if (p == NULL) goto enomem;
     return p;
   }

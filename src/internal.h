@@ -356,6 +356,9 @@ typedef struct trove_heap_s {
   uint64_t mcache_oldest;                  /* no cached run was freed before this (ms) */
   int64_t medium_net;                      /* medium pages it allocated minus those it freed */
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */
+  uint64_t fresh_seen;                     /* _trove_pages_fresh() as of its last look, plus
+                                              the fresh runs it took itself since */
+  uint64_t fresh_others_ms;                /* when it last saw that other threads took some */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint32_t refills;                        /* quick refills left before a slow malloc */
   bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs;
@@ -405,6 +408,7 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_unmapped(void *p) TROVE_HIDDEN;
 void _trove_heap_thread_done(void *h) TROVE_HIDDEN;
 void _trove_heap_collect(trove_heap_t *h, bool force) TROVE_HIDDEN;
+bool _trove_heap_release_cache(void) TROVE_HIDDEN;
 void _trove_heaps_fork_child(void) TROVE_HIDDEN;
 void _trove_pool_sweep(void) TROVE_HIDDEN;
 void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
@@ -482,6 +486,7 @@ void _trove_segment_unreserve(void) TROVE_HIDDEN;  /* out of memory: unmap what 
 void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
 void _trove_pages_init(void) TROVE_HIDDEN;
 size_t _trove_pages_narenas(void) TROVE_HIDDEN;
+uint64_t _trove_pages_fresh(void) TROVE_HIDDEN;
 void _trove_pool_init(void) TROVE_HIDDEN;
 size_t _trove_pages_used(void) TROVE_HIDDEN;   /* pages in runs handed out (relaxed: a hint) */
 void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) TROVE_HIDDEN;

@@ -78,6 +78,12 @@ void _trove_pages_init(void) {
 
 size_t _trove_pages_narenas(void) { return narenas; }
 
+/* Runs handed out that no page of was resident (never touched, or purged): a count that
+ * tells the thread heaps when memory they keep in their medium caches would have served
+ * (heap.c, mcache_fresh). Relaxed: a hint. */
+static _Atomic uint64_t fresh_runs;
+uint64_t _trove_pages_fresh(void) { return atomic_load_explicit(&fresh_runs, memory_order_relaxed); }
+
 /* Arena lock held: count `d` pages more (or fewer) dirty, or in use, in arena `a`. */
 static void count_dirty(arena_t *a, long d) {
   __atomic_store_n(&a->dirty_pages, a->dirty_pages + (size_t)d, __ATOMIC_RELAXED);  /* peeked */
@@ -514,6 +520,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
     }
   }
   if (in_bin) bin_remove(a, run);
+  if (!run->dirty) atomic_fetch_add_explicit(&fresh_runs, 1, memory_order_relaxed);
   trove_sb_t *r = carve(a, run, npages, align_pages, kind);
   pthread_mutex_unlock(arena_mutex(a));
   return r;
