@@ -22,6 +22,7 @@
  * independent of the run's length. docs/DESIGN.md derives it. */
 #include "internal.h"
 #include <limits.h>
+#include <sched.h>
 #include <string.h>
 
 trove_sb_t _trove_sb_empty;
@@ -794,7 +795,8 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
  * per length (9-128 pages) and a bitmap of the bins that hold some, so a malloc finds a run of
  * its length or up to 1/8 longer in a few instructions. The bound is 2 MiB, plus a burst: the
  * medium pages the thread freed since its last medium malloc, when more than 2 MiB, and no
- * more than it held before the burst (`medium_net` + the burst):
+ * more than it held before the burst (`medium_net` + the burst) nor the batch it allocated
+ * just before it (`mbatch`: a thread that takes a batch and frees a batch keeps a batch):
  * - a thread that frees a batch of buffers and then allocates the next batch (I/O buffers,
  *   decoded objects, a ring it fills and drains) keeps the whole batch. Bounded by what it
  *   still held (and half of all pages in use), the cache fell to 2 MiB as the batch ended:
@@ -816,7 +818,9 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
  *   2 MiB, summed over threads, is at most the medium pages they held at their bursts' start
  *   (at most the recent peak of those live), for 1/8 of the purge delay: Hoard's A = O(U + P)
  *   holds with U that peak, as the page heap's dirty cap does (1.25x the recent peak). Out of
- *   memory, a thread gives its cache back and tries again (_trove_heap_release_cache).
+ *   memory, a thread gives its cache back and tries again (_trove_heap_release_cache); a
+ *   thread that frees a burst and then waits has it given back by the timed work of any
+ *   other thread (sweep_idle_caches), under the cache's lock.
  * A run waits at most 1/8 of the purge delay (medium_cache_trim), and the cache follows the
  * bound down when it falls. Before this cache (8 runs, 2 MiB), bench/holes at 2 threads (each
  * frees half of 285 MiB of 64-128 KiB buffers, then allocates as much) spent its time waiting
@@ -875,6 +879,7 @@ static size_t mcache_cap(trove_heap_t *h) {
     return mcache_fixed() + (streak < extra ? streak : extra);
   }
   size_t before = net + streak, burst = streak > TROVE_MCACHE_FIXED ? streak : 0;
+  if (burst > h->mbatch) burst = h->mbatch;   /* at most the batch it allocated before */
   return mcache_fixed() + (burst < before ? burst : before);
 }
 
@@ -885,7 +890,24 @@ static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
   h->mcache_pages -= run->npages;
 }
 
+static void mcache_trim_locked(trove_heap_t *h, uint64_t now, bool all);
 static void medium_cache_trim(trove_heap_t *h, bool all);
+
+/* The cache's lock. Its owner takes it for each use (uncontended: one exchange), so that the
+ * timed work of another thread can give back what an idle thread keeps (sweep_idle_caches):
+ * a thread that frees a burst of buffers and then waits for its next job would otherwise
+ * keep the burst until its next medium call. */
+static void mc_lock(trove_heap_t *h) {
+  while (atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire))
+    while (atomic_load_explicit(&h->mcache_lock, memory_order_relaxed)) sched_yield();
+}
+static bool mc_trylock(trove_heap_t *h) {
+  return atomic_load_explicit(&h->mcache_lock, memory_order_relaxed) == 0 &&
+         atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire) == 0;
+}
+static void mc_unlock(trove_heap_t *h) {
+  atomic_store_explicit(&h->mcache_lock, 0, memory_order_release);
+}
 
 /* Hand back cached runs, the shortest first, until the cache holds `keep` pages. */
 static void mcache_shrink(trove_heap_t *h, size_t keep) {
@@ -901,9 +923,14 @@ static void mcache_shrink(trove_heap_t *h, size_t keep) {
 static void medium_free(trove_heap_t *h, trove_sb_t *run) {
   if (h != &_trove_heap_empty) {
     h->medium_net -= run->npages;
+    if (h->mfree_streak == 0) {              /* a batch of frees starts: the mallocs' ends */
+      h->mbatch = h->mmalloc_streak;
+      h->mmalloc_streak = 0;
+    }
     h->mfree_streak += run->npages;
     h->now_ms = _trove_os_now_ms();
-    medium_cache_trim(h, false);
+    mc_lock(h);
+    mcache_trim_locked(h, h->now_ms, false);
     size_t cap = mcache_cap(h);
     if (run->npages >= TROVE_MCACHE_MIN_PAGES && run->npages <= TROVE_MCACHE_MAX_PAGES &&
         h->mcache_pages + run->npages <= cap) {
@@ -915,12 +942,14 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
       list_push(&h->mcache[b], run);
       h->mcache_map[b / 64] |= (uint64_t)1 << (b % 64);
       h->mcache_pages += run->npages;
+      mc_unlock(h);
       return;
     }
     /* The cap falls as the thread frees what it holds (a thread winding down frees nearly all
      * of it): hand back two cached runs for each one that does not fit, the shortest first,
      * so the cache follows the cap down. */
     for (int k = 0; k < 2 && h->mcache_pages > cap; k++) mcache_shrink(h, h->mcache_pages - 1);
+    mc_unlock(h);
     _trove_pages_free_clock(run, 0, h->now_ms);   /* the clock just read: a vDSO call less */
     return;
   }
@@ -952,8 +981,8 @@ static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t size, size_t npages
  * random lengths alternate (bench/stability's mixed phase), each length's count wanders up
  * and down and only the cap stops it (peak RSS +17%). A walk of the whole cache, so it runs
  * only when the oldest run may be due. */
-static void medium_cache_trim(trove_heap_t *h, bool all) {
-  uint64_t now = h->now_ms, age = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 8;
+static void mcache_trim_locked(trove_heap_t *h, uint64_t now, bool all) {
+  uint64_t age = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 8;
   if (h->mcache_pages == 0 || (!all && now - h->mcache_oldest < age)) return;
   uint64_t oldest = UINT64_MAX;
   for (size_t b = 0; b < TROVE_MCACHE_BINS; b++)
@@ -967,6 +996,11 @@ static void medium_cache_trim(trove_heap_t *h, bool all) {
       }
     }
   h->mcache_oldest = oldest;
+}
+static void medium_cache_trim(trove_heap_t *h, bool all) {
+  mc_lock(h);
+  mcache_trim_locked(h, h->now_ms, all);
+  mc_unlock(h);
 }
 
 /* A free into a superblock that an exiting thread abandoned: the freeing thread adopts it, so
@@ -1089,9 +1123,12 @@ static void heap_reset(trove_heap_t *h) {
   memset(h->nempty_cls, 0, sizeof h->nempty_cls);
   memset(h->nempty_len, 0, sizeof h->nempty_len);
   memset(h->sparse_map, 0, sizeof h->sparse_map);
+  mc_lock(h);                     /* a sweep may look at a live heap's cache (its thread exits) */
   memset(h->mcache, 0, sizeof h->mcache);
   memset(h->mcache_map, 0, sizeof h->mcache_map);
-  h->sparse_pages = h->mcache_pages = 0;
+  h->mcache_pages = 0;
+  mc_unlock(h);
+  h->sparse_pages = 0;
   h->over_since_ms = 0;
   h->medium_net = 0;
   h->mfree_streak = 0;
@@ -1320,6 +1357,7 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
 
 /* ------------------------------------------------------------------ purging */
 static void sweep_idle_queues(bool all);
+static void sweep_idle_caches(bool all);
 static void grow_decay(trove_heap_t *h);
 void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
@@ -1341,6 +1379,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
   _trove_pool_sweep();
   sweep_idle_queues(false);
+  sweep_idle_caches(false);
   shared_tend(false);
   heaps_expire(false);
   _trove_pages_purge(false);
@@ -1385,6 +1424,22 @@ static void sweep_idle_queues(bool all) {
   }
 }
 
+/* The medium caches of live threads: the runs cached for 1/8 of the purge delay (all of them
+ * if `all`) go back to the page heap, for a thread that has made no medium call since (its
+ * own calls trim its cache). A cache whose owner holds its lock is skipped: the owner is at
+ * work on it. */
+static void sweep_idle_caches(bool all) {
+  uint64_t now = _trove_os_now_ms();
+  pthread_mutex_lock(&_trove_locks.heaps);
+  for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
+    if (!h->alive || h->shared || h->orphan || h->fork_gen != _trove_fork_gen) continue;
+    if (!mc_trylock(h)) continue;
+    mcache_trim_locked(h, now, all);
+    mc_unlock(h);
+  }
+  pthread_mutex_unlock(&_trove_locks.heaps);
+}
+
 void _trove_heap_collect(trove_heap_t *h, bool force) {
   if (h != &_trove_heap_empty) {
     drain_remote(h);
@@ -1394,6 +1449,7 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
   }
   _trove_pool_sweep();
   sweep_idle_queues(force);
+  sweep_idle_caches(force);
   shared_tend(force);
   heaps_expire(force);
   _trove_pages_purge(force);
@@ -1739,7 +1795,12 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t npages = (size + TROVE_PAGE_SIZE - 1) >> TROVE_PAGE_SHIFT;
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
   if (h) drain_remote(h);                  /* medium runs other threads freed come back here */
-  trove_sb_t *run = h && h->mcache_pages && align_pages == 1 ? medium_cache_take(h, size, npages) : NULL;
+  trove_sb_t *run = NULL;
+  if (h && align_pages == 1) {
+    mc_lock(h);
+    if (h->mcache_pages) run = medium_cache_take(h, size, npages);
+    mc_unlock(h);
+  }
   if (h) h->mfree_streak = 0;
   if (run == NULL) {
     run = _trove_pages_alloc(h ? &h->arena : NULL, npages, align_pages, TROVE_SPAN_MEDIUM);
@@ -1748,7 +1809,9 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
       /* Fresh pages while it keeps runs that do not fit: those go back to the page heap,
        * where they merge with their free neighbours and serve requests of any length. */
       h->fresh_seen++;                         /* its own: see mcache_cap */
+      mc_lock(h);
       mcache_shrink(h, mcache_fixed());
+      mc_unlock(h);
     }
     run->state = 0;
     _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
@@ -1757,7 +1820,10 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   /* the run's length, not the request's: a cached run may be longer, and its free takes its
    * whole length off (counted from the request, a thread that reused longer runs drifted
    * below zero, and a negative net bound its cache to the fixed part for good) */
-  if (h) h->medium_net += (int64_t)run->npages;
+  if (h) {
+    h->medium_net += (int64_t)run->npages;
+    h->mmalloc_streak += run->npages;
+  }
   run->medium_heap = h;
   run->requested = size;
   ((trove_block_t *)run->start)->tag = 0;   /* a tag left by an earlier free is not ours */
@@ -1768,10 +1834,12 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
  * page heap, whose segments can then be unmapped; true if it had some (try again). */
 bool _trove_heap_release_cache(void) {
   trove_heap_t *h = _trove_tls_heap;
-  if (h == &_trove_heap_empty || h->mcache_pages == 0) return false;
-  h->now_ms = _trove_os_now_ms();
-  medium_cache_trim(h, true);
-  return true;
+  if (h == &_trove_heap_empty) return false;
+  mc_lock(h);
+  bool had = h->mcache_pages != 0;
+  mcache_trim_locked(h, 0, true);
+  mc_unlock(h);
+  return had;
 }
 
 void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;

@@ -354,8 +354,11 @@ typedef struct trove_heap_s {
   uint64_t mcache_map[(TROVE_MCACHE_BINS + 63) / 64];
   uint32_t mcache_pages;
   uint64_t mcache_oldest;                  /* no cached run was freed before this (ms) */
+  _Atomic uint8_t mcache_lock;             /* the cache: its owner's, or a sweep's (heap.c) */
   int64_t medium_net;                      /* medium pages it allocated minus those it freed */
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */
+  uint64_t mmalloc_streak;                 /* medium pages taken since its last medium free */
+  uint64_t mbatch;                         /* mmalloc_streak when its last batch of frees began */
   uint64_t fresh_seen;                     /* _trove_pages_fresh() as of its last look, plus
                                               the fresh runs it took itself since */
   uint64_t fresh_others_ms;                /* when it last saw that other threads took some */
