@@ -536,6 +536,7 @@ trove_large_t *_trove_large_header(uintptr_t a) TROVE_HIDDEN;    /* NULL if not 
 void _trove_large_free(trove_large_t *l) TROVE_HIDDEN;
 void *_trove_large_realloc(trove_large_t *l, size_t size) TROVE_HIDDEN;
 void _trove_large_purge(bool all) TROVE_HIDDEN;
+void _trove_large_trim(void) TROVE_HIDDEN;   /* fresh memory ahead: the cache's excess goes */
 
 /* ---------------------------------------------------------------- OS layer (os.c) */
 void *_trove_os_map(size_t size) TROVE_HIDDEN;                   /* NULL on failure */

@@ -499,8 +499,10 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
     }
     in_bin = (run = find_run(a, need)) != NULL;  /* freed here meanwhile */
   }
+  bool new_segment = false;
   if (run == NULL) {
     seg = _trove_segment_new(&a->segments);
+    new_segment = true;
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
        * now (they would go after the purge delay anyway) and try once more. */
@@ -523,6 +525,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   if (!run->dirty) atomic_fetch_add_explicit(&fresh_runs, 1, memory_order_relaxed);
   trove_sb_t *r = carve(a, run, npages, align_pages, kind);
   pthread_mutex_unlock(arena_mutex(a));
+  if (new_segment) _trove_large_trim();    /* fresh memory: no large mapping kept past budget */
   return r;
 }
 

@@ -18,7 +18,7 @@ failures = []
 def run(mode="", **env):
     e = {k: v for k, v in os.environ.items() if not k.startswith("TROVE_")}
     e.update({k: str(v) for k, v in env.items()})
-    p = subprocess.run([PROBE] + ([mode] if mode else []), env=e, capture_output=True,
+    p = subprocess.run([PROBE] + (mode.split() if mode else []), env=e, capture_output=True,
                        text=True, timeout=120)
     return p
 
@@ -153,6 +153,22 @@ check("large mappings past the cache's resident budget are kept purged, not unma
       value(p.stdout, "purges_after_first") <= 19 * 8, p.stdout[:300])
 check("calloc of a purged cached large mapping is zero", value(p.stdout, "calloc_nonzero") == 0,
       p.stdout[:300])
+# a burst of large frees past the resident budget stays resident until fresh memory is taken
+p = run("largeburst", TROVE_PURGE_DELAY_MS=3600000, TROVE_LARGE_CACHE_MB=8)
+check("large frees past the budget are not purged at once",
+      value(p.stdout, "purges_after_frees") == 0, p.stdout[:300])
+check("a request for fresh memory purges the cache down to its budget",
+      value(p.stdout, "purges_after_fresh") >= 6, p.stdout[:300])
+check("calloc of a cached mapping purged that way is zero",
+      value(p.stdout, "calloc_nonzero") == 0 and value(p.stdout, "purges_at_end") >= 6,
+      p.stdout[:300])
+p = run("largeburst pages", TROVE_PURGE_DELAY_MS=3600000, TROVE_LARGE_CACHE_MB=8)
+check("new segments for small or medium blocks purge it too",
+      value(p.stdout, "purges_after_frees") == 0 and value(p.stdout, "purges_after_fresh") >= 6,
+      p.stdout[:300])
+p = run("largeburst", TROVE_PURGE_DELAY_MS=0, TROVE_LARGE_CACHE_MB=8)
+check("with PURGE_DELAY_MS=0 they are purged as they are freed",
+      value(p.stdout, "purges_after_frees") >= 6, p.stdout[:300])
 # empty superblocks past K wait in the pool, carved, for the next heap that needs their class
 # (unless the operator set a strict dirty cap)
 check("a heap takes back the empty superblocks it released past K",

@@ -431,6 +431,43 @@ int main(int argc, char **argv) {
     for (size_t i = 0; z && i < (1u << 20) + 31 * 4096; i++) bad += ((unsigned char *)z)[i] != 0;
     printf("calloc_nonzero=%zu\n", z ? bad : (size_t)-1);
     trove_free(z);
+  } else if (strcmp(mode, "largeburst") == 0) {
+    /* 8 buffers of 4 MiB freed together, past an 8 MiB resident budget: kept resident (no
+     * purge) until a request needs fresh memory; then the excess goes, the longest first,
+     * and a calloc served by a purged mapping reads zero. */
+    enum { N = 8, MB = 1 << 20 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+      b[i] = trove_malloc(4 * MB);
+      if (b[i] == NULL) return 1;
+      memset(b[i], 1, 4 * MB);
+    }
+    trove_stats_get(&st);
+    size_t p0 = st.purges;
+    for (int i = 0; i < N; i++) trove_free(b[i]);
+    trove_stats_get(&st);
+    printf("purges_after_frees=%zu\n", st.purges - p0);
+    /* fresh memory: a large request no cached mapping serves, or (with "pages") 16 MiB of
+     * medium buffers, for which the page heap maps new segments */
+    bool pages = argc > 2 && strcmp(argv[2], "pages") == 0;
+    enum { M = 64 };
+    static void *m[M];
+    void *big = pages ? NULL : trove_malloc(40 * MB);
+    for (int i = 0; pages && i < M; i++) m[i] = trove_malloc(256 * 1024);
+    trove_stats_get(&st);
+    printf("purges_after_fresh=%zu\n", st.purges - p0);
+    void *r[2];
+    for (int i = 0; i < 2; i++) r[i] = trove_malloc(4 * MB);   /* the one kept resident first */
+    unsigned char *z = trove_calloc(1, 4 * MB);                 /* a purged one */
+    size_t bad = 0;
+    for (size_t i = 0; z && i < 4 * MB; i++) bad += z[i] != 0;
+    printf("calloc_nonzero=%zu\n", z ? bad : (size_t)-1);
+    trove_stats_get(&st);
+    printf("purges_at_end=%zu\n", st.purges - p0);
+    trove_free(z);
+    for (int i = 0; i < 2; i++) trove_free(r[i]);
+    trove_free(big);
+    for (int i = 0; pages && i < M; i++) trove_free(m[i]);
   } else if (strcmp(mode, "refill") == 0) {
     /* 8 MiB of 64 B blocks (or of the size given), all freed, then allocated again: the
      * empty superblocks past K wait in the pool with their free lists, and the refill takes
