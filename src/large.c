@@ -52,6 +52,20 @@ static void list_remove(trove_large_t **head, trove_large_t *l) {
   if (l->next) l->next->prev = l->prev;
 }
 
+/* The cache's list and totals move together (the lock is held). */
+static void cache_add(trove_large_t *l) {
+  list_push(&cache, l);
+  cache_count++;
+  cache_bytes += l->map_size;
+  cache_resident += l->resident;
+}
+static void cache_remove(trove_large_t *l) {
+  list_remove(&cache, l);
+  cache_count--;
+  cache_bytes -= l->map_size;
+  cache_resident -= l->resident;
+}
+
 static size_t excess_of(const trove_large_t *l) {
   return l->map_size - round_os(l->user - l->base + l->requested);
 }
@@ -113,10 +127,7 @@ static trove_large_t *cache_take(size_t size) {
     }
   }
   if (best) {
-    list_remove(&cache, best);
-    cache_count--;
-    cache_bytes -= best->map_size;
-    cache_resident -= best->resident;
+    cache_remove(best);
     if (cache_resident <= resident_budget())      /* taken back within the budget */
       atomic_store_explicit(&excess_since, 0, memory_order_relaxed);
   }
@@ -230,10 +241,7 @@ void _trove_large_free(trove_large_t *l) {
     l->next = l->prev = NULL;
     l->magic = TROVE_LARGE_MAGIC;
     l->resident = l->map_size;
-    list_push(&cache, l);
-    cache_count++;
-    cache_bytes += l->map_size;
-    cache_resident += l->resident;
+    cache_add(l);
     l->freed_at = _trove_os_now_ms();
     trove_large_t *purge = NULL;
     if (cache_resident <= cache_max) {
@@ -274,10 +282,7 @@ static trove_large_t *excess_take(void) {
     for (trove_large_t *l = cache; l; l = l->next)
       if (l->resident && (max == NULL || l->resident > max->resident)) max = l;
     if (max == NULL) break;
-    list_remove(&cache, max);
-    cache_count--;
-    cache_bytes -= max->map_size;
-    cache_resident -= max->resident;
+    cache_remove(max);
     max->next = list;
     list = max;
   }
@@ -301,10 +306,7 @@ static void excess_purge(trove_large_t *list) {
       drop = l;
       continue;
     }
-    list_push(&cache, l);
-    cache_count++;
-    cache_bytes += l->map_size;
-    cache_resident += l->resident;
+    cache_add(l);
   }
   pthread_mutex_unlock(&_trove_locks.large);
   for (trove_large_t *l = drop, *next; l; l = next) {
@@ -330,10 +332,7 @@ void _trove_large_purge(bool all) {
   for (trove_large_t *l = cache, *next; l; l = next) {
     next = l->next;
     if (all || now - l->freed_at >= delay) {
-      list_remove(&cache, l);
-      cache_count--;
-      cache_bytes -= l->map_size;
-      cache_resident -= l->resident;
+      cache_remove(l);
       l->next = drop;
       drop = l;
     }
