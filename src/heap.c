@@ -842,17 +842,35 @@ static size_t ncpus(void) {
   return v;
 }
 
-/* More than 8 live thread heaps per CPU: a thread per connection (coarse mode, and the short
- * first superblocks of find_superblock_rest). */
+/* Two thresholds on live thread heaps per CPU. Past 8 (`crowded`: a thread per connection,
+ * most of them waiting) coarse mode, the shared heaps and no fixed part in the medium cache.
+ * Past 5 (`many_threads`) the lean rules that cost a thread that works hard little: short
+ * first superblocks and first borrows (find_superblock_rest, borrow) and a smaller fixed part
+ * (mcache_fixed). 5, not 4: a benchmark of 4 workers per CPU has its main thread's heap too.
+ * bench/manythreads --conns 12 -t 1 on 2 CPUs (6 per CPU; 100 threads on 16 CPUs is the same
+ * ratio) took 27.7 MiB of peak RSS with only the rules past 8 per CPU, 2.3 MB/s, against
+ * 13.3 MiB and 3.8 M requests/s with these (glibc 5.7 MiB, jemalloc 16.2; medians of 7); the
+ * short superblocks alone gave 23.7 MiB, the smaller fixed part alone 21. The costs at 12
+ * threads on 2 CPUs (9 runs): mtmalloctest 16.7 -> 18.6 MiB (a thread past its short first
+ * superblock of a class holds two partly carved runs of it); phases --wide, larson,
+ * threadtest, shbench --wide, xmalloc, mstress, holes, sizesweep and handoff level. */
 static bool crowded(void) {
   return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 8 * ncpus();
 }
+static bool many_threads(void) {
+  return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 5 * ncpus();
+}
 
 /* The fixed part: 2 MiB, but the live threads' fixed parts together at most 8 MiB per CPU
- * (tcmalloc bounds its thread caches' total the same way). A thread per connection that
- * reads into buffers of 100-200 KiB kept them all: 200 threads, each done with 4 such
- * buffers, held 155 MiB (glibc 19.6, jemalloc 16.8, tcmalloc 94, mimalloc 305). With 4
- * threads per CPU or fewer, as in every benchmark of the suite, each keeps its 2 MiB.
+ * (tcmalloc bounds its thread caches' total the same way), 2 MiB per CPU past 5 threads per
+ * CPU. A thread per connection that reads into buffers of 100-200 KiB kept them all: 200
+ * threads, each done with 4 such buffers, held 155 MiB (glibc 19.6, jemalloc 16.8, tcmalloc
+ * 94, mimalloc 305). With 4 threads per CPU or fewer, as in every benchmark of the suite,
+ * each keeps its 2 MiB: a handoff of 64-256 KiB buffers from 7 threads to one on 2 CPUs ran
+ * 0.245 s with it, 0.33 s with 2 MiB per CPU for all. Past 5 per CPU the threads that do
+ * not share a CPU keep a cache's worth between them: a cache of random lengths holds what
+ * its thread's next mallocs mostly do not fit (bench/manythreads, one 64-256 KiB buffer
+ * every 16th request, 12 threads on 2 CPUs: the caches held 14.5 MiB of its 29 MiB of RSS).
  * Past 8 threads per CPU there is no fixed part (the batch term stays): such threads take
  * turns on the CPUs, and a run one of them caches waits for that thread's next medium malloc
  * of the same length, while in the page heap any thread's malloc of any length up to it
@@ -860,9 +878,9 @@ static bool crowded(void) {
  * request) kept 13 MiB in these caches: peak RSS 57.6 -> 43.8 MiB, time 0.048 -> 0.043 s
  * (jemalloc 51.6 MiB, 0.039 s); at 800 threads the share was already near nothing. */
 static size_t mcache_fixed(void) {
-  size_t n = ncpus(), b = TROVE_MCACHE_FIXED * 4 * n;
-  size_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
+  size_t n = ncpus(), alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
   if (alive > 8 * n) return 0;
+  size_t b = TROVE_MCACHE_FIXED * (alive > 5 * n ? 1 : 4) * n;
   return alive * TROVE_MCACHE_FIXED <= b ? TROVE_MCACHE_FIXED : b / alive;
 }
 
@@ -1630,7 +1648,7 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls, void **lent) {
  * heap. So a block is at most 1/8 (16 B up to 128 B) larger than the request, or a quarter
  * when borrowed.
  *
- * With more than 8 live threads per CPU (a thread per connection) a class also borrows
+ * With more than 5 live threads per CPU (many_threads) a class also borrows
  * before it has a superblock of its own, for its first TROVE_FIRST_BORROWS blocks: such a
  * thread uses a few blocks of many classes, and a superblock of its own in each, one 8 KiB
  * page resident whole once a freed buffer has dirtied it, was most of what it held
@@ -1715,7 +1733,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * shbench-large's cache misses in the allocator (cachegrind, 1 thread). */
   trove_sb_t *best = NULL, *empty = NULL;
   size_t pages = _trove_class_pages[cls];
-  /* More than 8 live threads per CPU (a thread per connection): per-thread memory is what
+  /* More than 5 live threads per CPU (many_threads): per-thread memory is what
    * costs, so a heap's first superblock of a class is short, a page for the classes up to
    * 4 KiB. Such a thread often holds one or two blocks of most classes it uses, and a full
    * run per class (64 KiB up to 128 B, 32 KiB up to 4 KiB) was resident whole when its pages
@@ -1726,7 +1744,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * manythreads: 100-800 threads within 1-2% in peak RSS and +-8% in time, 5 runs). */
   pages <<= h->lists[cls].grow;
   size_t want = pages;
-  bool crowded_first = h->lists[cls].full == NULL && !h->shared && crowded();
+  bool crowded_first = h->lists[cls].full == NULL && !h->shared && many_threads();
   if (crowded_first) want = _trove_class_starter[cls];
   unsigned look = SPARSE_LOOK;
   for (sb = h->lists[cls].sparse; sb && look; sb = sb->next, look--)

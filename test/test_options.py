@@ -223,6 +223,15 @@ check("a few threads: first superblocks of the usual length",
 p = run("crowded")
 check("more than 8 threads per CPU: short first superblocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") < 24, p.stdout[:200])
+# 6 threads per CPU, each with 4 freed 200 KiB runs: short first superblocks too, and the
+# threads' medium caches keep at most 2 MiB per CPU between them (each thread's 2 MiB would
+# keep all 4 runs: 4.7 MiB per CPU)
+p = run("busy")
+check("more than 5 threads per CPU: short first superblocks",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") < 24, p.stdout[:200])
+check("more than 5 threads per CPU: the medium caches share 2 MiB per CPU",
+      p.returncode == 0 and
+      value(p.stdout, "medium_cached_kib") <= 2048 * value(p.stdout, "cpus"), p.stdout[:200])
 # superblocks of a class grow while a thread keeps carving fresh ones and giving empty ones
 # back (heap.c, sb_grow); a long purge delay, so that the idle scan (every half delay) cannot
 # shrink them back during a slow (sanitized) run

@@ -1,7 +1,9 @@
 /* Probe for test_options.py: exercises one behaviour an option controls and prints the
  * figures the test compares, then the statistics (which list the options in force). Linked
  * with libtrove_noov; options come from the environment as in any trove process. */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <stdbool.h>
@@ -83,6 +85,23 @@ static pthread_barrier_t crowd_bar;
 static void *crowd_worker(void *arg) {
   (void)arg;
   void *p = trove_malloc(1000);
+  pthread_barrier_wait(&crowd_bar);
+  pthread_barrier_wait(&crowd_bar);
+  trove_free(p);
+  return NULL;
+}
+
+/* A thread of the "busy" probe: once all threads have their heaps (a first malloc), one
+ * 1000-byte block held, like crowd_worker, and 4 buffers of 200 KiB (medium runs) freed
+ * before the count. */
+static void *busy_worker(void *arg) {
+  (void)arg;
+  trove_free(trove_malloc(16));
+  pthread_barrier_wait(&crowd_bar);
+  void *p = trove_malloc(1000), *m[4];
+  for (int i = 0; i < 4; i++)
+    if ((m[i] = trove_malloc(200 * 1024)) != NULL) memset(m[i], 1, 200 * 1024);
+  for (int i = 0; i < 4; i++) trove_free(m[i]);
   pthread_barrier_wait(&crowd_bar);
   pthread_barrier_wait(&crowd_bar);
   trove_free(p);
@@ -289,6 +308,27 @@ int main(int argc, char **argv) {
       if (st.classes[c].block_size == 1024)
         printf("blocks_per_superblock=%zu\n",
                st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
+    pthread_barrier_wait(&crowd_bar);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    free(t);
+  } else if (strcmp(mode, "busy") == 0) {
+    /* 6 threads per CPU of the affinity mask (trove counts those): past 5 per CPU, short
+     * first superblocks, and the medium caches' fixed parts share 2 MiB per CPU; not past 8,
+     * so neither coarse classes nor shared heaps. */
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int n = 6 * (cpus > 0 ? cpus : 1);
+    pthread_barrier_init(&crowd_bar, NULL, (unsigned)n + 1);
+    pthread_t *t = start_threads(n, busy_worker);
+    if (t == NULL) return 1;
+    pthread_barrier_wait(&crowd_bar);
+    pthread_barrier_wait(&crowd_bar);
+    trove_stats_get(&st);
+    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
+      if (st.classes[c].block_size == 1024)
+        printf("blocks_per_superblock=%zu\n",
+               st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
+    printf("cpus=%d\nmedium_cached_kib=%zu\n", cpus, st.medium_cached_bytes >> 10);
     pthread_barrier_wait(&crowd_bar);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     free(t);
