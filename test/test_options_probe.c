@@ -141,6 +141,14 @@ static void *share_worker(void *arg) {
 }
 
 /* Start n threads with small stacks, each given its index; NULL if not all could start. */
+/* The blocks a superblock of the class of `block_size` holds, on average over its superblocks. */
+static void print_blocks_per_superblock(const trove_stats_t *st, size_t block_size) {
+  for (size_t c = 0; c < sizeof st->classes / sizeof st->classes[0]; c++)
+    if (st->classes[c].block_size == block_size)
+      printf("blocks_per_superblock=%zu\n",
+             st->classes[c].blocks_capacity / (st->classes[c].superblocks ? st->classes[c].superblocks : 1));
+}
+
 static pthread_t *start_threads(int n, void *(*fn)(void *)) {
   pthread_t *t = malloc(sizeof *t * (size_t)n);
   pthread_attr_t attr;
@@ -304,10 +312,7 @@ int main(int argc, char **argv) {
     if (t == NULL) return 1;
     pthread_barrier_wait(&crowd_bar);
     trove_stats_get(&st);
-    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
-      if (st.classes[c].block_size == 1024)
-        printf("blocks_per_superblock=%zu\n",
-               st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
+    print_blocks_per_superblock(&st, 1024);
     pthread_barrier_wait(&crowd_bar);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     free(t);
@@ -324,10 +329,7 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&crowd_bar);
     pthread_barrier_wait(&crowd_bar);
     trove_stats_get(&st);
-    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
-      if (st.classes[c].block_size == 1024)
-        printf("blocks_per_superblock=%zu\n",
-               st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
+    print_blocks_per_superblock(&st, 1024);
     printf("cpus=%d\nmedium_cached_kib=%zu\n", cpus, st.medium_cached_bytes >> 10);
     pthread_barrier_wait(&crowd_bar);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
@@ -349,10 +351,7 @@ int main(int argc, char **argv) {
       if (round == 199) trove_stats_get(&st);
       for (int i = 0; i < per; i++) trove_free(q[i]);
     }
-    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
-      if (st.classes[c].block_size == 32768)
-        printf("blocks_per_superblock=%zu\n",
-               st.classes[c].blocks_capacity / (st.classes[c].superblocks ? st.classes[c].superblocks : 1));
+    print_blocks_per_superblock(&st, 32768);
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
     /* More than max(63, 8 per CPU) threads with a heap: the classes above 2 KiB come from
      * heaps the threads share, so far fewer superblocks of the 3 KiB class than threads;
