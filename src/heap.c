@@ -849,44 +849,48 @@ static size_t ncpus(void) {
  * first superblocks and first borrows (find_superblock_rest, borrow) and a smaller fixed part
  * (mcache_fixed). 5, not 4: a benchmark of 4 workers per CPU has its main thread's heap too.
  * bench/manythreads --conns 12 -t 1 on 2 CPUs (6 per CPU; 100 threads on 16 CPUs is the same
- * ratio) took 27.7 MiB of peak RSS with only the rules past 8 per CPU, 2.3 MB/s, against
+ * ratio) took 27.7 MiB of peak RSS with only the rules past 8 per CPU and ran 2.4M requests/s,
+ * against
  * 13.3 MiB and 3.8 M requests/s with these (glibc 5.7 MiB, jemalloc 16.2; medians of 7); the
  * short superblocks alone gave 23.7 MiB, the smaller fixed part alone 21. The costs at 12
  * threads on 2 CPUs (9 runs): mtmalloctest 16.7 -> 18.6 MiB (a thread past its short first
  * superblock of a class holds two partly carved runs of it); phases --wide, larson,
  * threadtest, shbench --wide, xmalloc, mstress, holes, sizesweep and handoff level. */
+#define TROVE_CROWDED_PER_CPU 8
+#define TROVE_MANY_PER_CPU 5
 static bool crowded(void) {
-  return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 8 * ncpus();
+  return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > TROVE_CROWDED_PER_CPU * ncpus();
 }
 static bool many_threads(void) {
-  return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > 5 * ncpus();
+  return atomic_load_explicit(&heaps_alive, memory_order_relaxed) > TROVE_MANY_PER_CPU * ncpus();
 }
 
-/* The fixed part: 2 MiB, but the live threads' fixed parts together at most 8 MiB per CPU,
- * 2 MiB per CPU past 5 threads per CPU, and never more than 32 MiB (tcmalloc bounds its
- * thread caches' total the same way, 32 MiB by default). Without the 32 MiB, on 16 CPUs each
- * of 64 threads of bench/manythreads --conns 64 kept its 2 MiB: 184 MiB of peak RSS, 127
- * with it (jemalloc 85), and 7.9M -> 10.7M requests/s from the faults saved; with 32 threads
- * 94 -> 72 MiB. What it cost there: handoff-medium (64-256 KiB buffers handed to one thread)
- * with 32 and 64 threads ran 4% slower, in 5% and 20% less memory (medians of 5). On up to
- * 4 CPUs the per-CPU bound is the smaller one. A thread per connection that reads into buffers of 100-200 KiB kept them all: 200
- * threads, each done with 4 such buffers, held 155 MiB (glibc 19.6, jemalloc 16.8, tcmalloc
- * 94, mimalloc 305). With 4 threads per CPU or fewer, as in every benchmark of the suite,
- * each keeps its 2 MiB: a handoff of 64-256 KiB buffers from 7 threads to one on 2 CPUs ran
- * 0.245 s with it, 0.33 s with 2 MiB per CPU for all. Past 5 per CPU the threads that do
- * not share a CPU keep a cache's worth between them: a cache of random lengths holds what
- * its thread's next mallocs mostly do not fit (bench/manythreads, one 64-256 KiB buffer
- * every 16th request, 12 threads on 2 CPUs: the caches held 14.5 MiB of its 29 MiB of RSS).
- * Past 8 threads per CPU there is no fixed part (the batch term stays): such threads take
- * turns on the CPUs, and a run one of them caches waits for that thread's next medium malloc
- * of the same length, while in the page heap any thread's malloc of any length up to it
- * reuses its pages. bench/manythreads at 100 threads (a 64-256 KiB buffer every 16th
- * request) kept 13 MiB in these caches: peak RSS 57.6 -> 43.8 MiB, time 0.048 -> 0.043 s
- * (jemalloc 51.6 MiB, 0.039 s); at 800 threads the share was already near nothing. */
+/* The fixed part: 2 MiB, but the live threads' fixed parts together at most 8 MiB per CPU, 2
+ * MiB per CPU past 5 threads per CPU, and never more than 32 MiB (tcmalloc bounds its thread
+ * caches' total the same way, 32 MiB by default). Without the 32 MiB, on 16 CPUs each of 64
+ * threads of bench/manythreads --conns 64 kept its 2 MiB: 184 MiB of peak RSS, 127 with it
+ * (jemalloc 85), and 7.9M -> 10.7M requests/s from the faults saved; with 32 threads 94 -> 72
+ * MiB. What it cost there: handoff-medium (64-256 KiB buffers handed to one thread) with 32
+ * and 64 threads ran 4% slower, in 5% and 20% less memory (medians of 5). On up to 4 CPUs the
+ * per-CPU bound is the smaller one. A thread per connection that reads into buffers of 100-200
+ * KiB kept them all: 200 threads, each done with 4 such buffers, held 155 MiB (glibc 19.6,
+ * jemalloc 16.8, tcmalloc 94, mimalloc 305). With 4 threads per CPU or fewer, as in every
+ * benchmark of the suite, each keeps its 2 MiB: a handoff of 64-256 KiB buffers from 7 threads
+ * to one on 2 CPUs ran 0.245 s with it, 0.33 s with 2 MiB per CPU for all. Past 5 per CPU the
+ * threads that do not share a CPU keep a cache's worth between them: a cache of random lengths
+ * holds what its thread's next mallocs mostly do not fit (bench/manythreads, one 64-256 KiB
+ * buffer every 16th request, 12 threads on 2 CPUs: the caches held 14.5 MiB of its 29 MiB of
+ * RSS). Past 8 threads per CPU there is no fixed part (the batch term stays): such threads
+ * take turns on the CPUs, and a run one of them caches waits for that thread's next medium
+ * malloc of the same length, while in the page heap any thread's malloc of any length up to it
+ * reuses its pages. bench/manythreads at 100 threads (a 64-256 KiB buffer every 16th request)
+ * kept 13 MiB in these caches: peak RSS 57.6 -> 43.8 MiB, time 0.048 -> 0.043 s (jemalloc 51.6
+ * MiB, 0.039 s); at 800 threads the share was already near nothing.
+ */
 static size_t mcache_fixed(void) {
   size_t n = ncpus(), alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
-  if (alive > 8 * n) return 0;
-  size_t b = TROVE_MCACHE_FIXED * (alive > 5 * n ? 1 : 4) * n;
+  if (alive > TROVE_CROWDED_PER_CPU * n) return 0;
+  size_t b = TROVE_MCACHE_FIXED * (alive > TROVE_MANY_PER_CPU * n ? 1 : 4) * n;
   if (b > TROVE_MCACHE_FIXED_ALL) b = TROVE_MCACHE_FIXED_ALL;
   return alive * TROVE_MCACHE_FIXED <= b ? TROVE_MCACHE_FIXED : b / alive;
 }
