@@ -164,12 +164,10 @@ typedef struct trove_segment_s {
   uint32_t free_pages;                       /* pages in free runs */
   uint32_t first_page;                       /* pages before it hold this header */
   uint64_t empty_since;                      /* in the empty-segment cache since (ms), 0 if not */
-  uint64_t seq;                              /* creation order: the page heap's preference */
   uint32_t arena;                            /* the page heap arena it belongs to */
-  /* page_heap.c's bins: this segment's free runs of each bin's length, by page, and its place
-   * in its arena's list of segments that have such runs */
+  uint32_t slot;                             /* its place in that arena (page_heap.c, slots) */
+  /* page_heap.c's bins: this segment's free runs of each bin's length, by page */
   struct trove_sb_s *bin_runs[TROVE_PAGE_BINS];
-  struct trove_segment_s *bin_next[TROVE_PAGE_BINS], *bin_prev[TROVE_PAGE_BINS];
   /* page -> byte offset in sb[] of its run's descriptor (slot * 128 fits 16 bits) */
   uint16_t pagemap[TROVE_SEGMENT_PAGES] __attribute__((aligned(TROVE_CACHE_LINE)));
   /* Descriptor slots, one per run, handed out lowest first (page_heap.c, desc_new): a

@@ -11,8 +11,8 @@
  * steal_wait); empty segments are shared (the cache below) and the dirty cap is global.
  *
  * Bins: one per run length up to 128 pages (1 MiB, the largest medium object), so that a
- * request takes the shortest run that fits (best fit; among equals, the oldest segment's,
- * then the lowest address); longer runs share the last bin in that order.
+ * request takes the shortest run that fits (best fit; among equals, the segment in the lowest
+ * slot's, then the lowest address); longer runs share the last bin in that order.
  *
  * Purging: a free run is "dirty" while its pages may be resident. Runs dirty for longer than
  * the purge delay are given back with madvise; and whenever the dirty total passes the cap
@@ -26,9 +26,17 @@
 #define ARENAS_MAX TROVE_ARENAS_MAX
 
 typedef struct arena_s {        /* its lock is _trove_locks.arena[its index] (see fork) */
-  trove_segment_t *bins[BINS];        /* per bin: the segments with such runs, oldest first */
-  uint64_t nonempty[(BINS + 63) / 64]; /* bit b: bins[b] != NULL */
+  uint64_t nonempty[(BINS + 63) / 64]; /* bit b: some segment has runs of bin b */
   trove_segment_t *segments;          /* this arena's segments */
+  /* Slots (see bin_push): the arena's segments numbered densely, lowest free number first;
+   * one mapping holds, for nslots = 64 * nwords (grown by doubling):
+   *   slot_seg[nslots]      the segment in each slot (NULL: free)
+   *   slot_used[nwords]     a bit per slot in use
+   *   binmap[BINS][nwords]  bit s of row b: slot s's segment has runs of bin b
+   *   binsum[BINS][nsum]    bit w of row b: word w of binmap row b is not 0 */
+  trove_segment_t **slot_seg;
+  uint64_t *slot_used, *binmap, *binsum;
+  uint32_t nwords, nsum;
   size_t dirty_pages;                 /* pages in free runs marked dirty */
   /* The changes to dirty_pages and to this arena's pages in use not yet added to the global
    * totals below (see count_dirty). */
@@ -146,7 +154,9 @@ static trove_segment_t *cache_trim(size_t keep, uint64_t before) {
 }
 
 /* Arena lock held: `seg` has just become all free (its whole run is made, not in a bin). */
+static void slot_release(arena_t *a, trove_segment_t *seg);
 static void cache_put(arena_t *a, trove_segment_t *seg, uint64_t at) {
+  slot_release(a, seg);
   if (seg->prev) seg->prev->next = seg->next; else a->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   seg->empty_since = at ? at : 1;
@@ -180,7 +190,8 @@ static void cache_bound(void) {
   cache_release(cache_trim(keep, 0));
 }
 
-/* Arena lock held: the newest cached segment, now the arena's, or NULL. */
+/* Arena lock held, slots_reserve done: the newest cached segment, now the arena's, or NULL. */
+static void slot_take(arena_t *a, trove_segment_t *seg);
 static trove_segment_t *cache_take(arena_t *a) {
   if (atomic_load_explicit(&ncached, memory_order_relaxed) == 0) return NULL;   /* a hint */
   pthread_mutex_lock(&_trove_locks.segment_cache);
@@ -195,6 +206,7 @@ static trove_segment_t *cache_take(arena_t *a) {
   if (seg == NULL) return NULL;
   seg->empty_since = 0;
   seg->arena = (uint32_t)(a - arenas);
+  slot_take(a, seg);
   seg->prev = NULL;
   seg->next = a->segments;
   if (a->segments) a->segments->prev = seg;
@@ -230,34 +242,107 @@ static uintptr_t run_addr(trove_sb_t *run) {
   return (uintptr_t)seg_of(run) + ((uintptr_t)run->page << TROVE_PAGE_SHIFT);
 }
 
-/* A bin is two-level: the arena's segments that have runs of its length, in creation order,
- * and in each segment those runs in page order (segment_t.bin_runs). A free run's insertion
- * walks the segment's runs of that length (at most 512 / length) and, only when the segment
- * had none, the bin's segments; with one flat list in that order, a free walked every run of
- * its length: freeing every other one of 20,000 medium blocks of 72 KiB took 0.32 s (16 us a
- * free; mimalloc and jemalloc 1-2 ms), and stability's threads on 16 cores held the page heap
- * lock 5 us a call. */
-#define FOR_BIN(a, b, r)                                                                    \
-  for (trove_segment_t *s_ = (a)->bins[b], *sn_; s_ && ((sn_ = s_->bin_next[b]), 1); s_ = sn_) \
+/* A bin is two-level: a bitmap of the arena's segments that have runs of its length, by slot,
+ * and in each segment those runs in page order (segment_t.bin_runs). Segments are taken
+ * lowest slot first, so that allocations gather in the same segments and the others can
+ * empty and go back. Inserting a run costs a walk of its segment's runs of that length (at
+ * most 512 / length) and a bit; with one flat list of runs, a free walked every run of its
+ * length (freeing every other one of 20,000 medium blocks of 72 KiB took 0.32 s: 16 us a
+ * free; mimalloc and jemalloc 1-2 ms), and with a list of segments in creation order, a free
+ * that was its segment's first run of that length walked the list to its place: with 600 MiB
+ * of 64-256 KiB buffers in flight (handoff-medium, 8 threads), 280 segments, that walk was
+ * 11% of the run's time and stretched the arena lock's hold. */
+static uint64_t *bin_row(const arena_t *a, size_t b) { return a->binmap + b * a->nwords; }
+static uint64_t *bin_sum(const arena_t *a, size_t b) { return a->binsum + b * a->nsum; }
+
+/* The segment in the lowest slot at or above `from` that has runs of bin b, or NULL. */
+static trove_segment_t *bin_seg_from(const arena_t *a, size_t b, size_t from) {
+  size_t w = from / 64;
+  if (w >= a->nwords) return NULL;         /* (no tables yet: nwords 0) */
+  const uint64_t *row = bin_row(a, b), *sum = bin_sum(a, b);
+  uint64_t m = row[w] & (~(uint64_t)0 << (from % 64));
+  if (m == 0) {
+    /* the next non-empty word after w, by the summary */
+    size_t sw = (w + 1) / 64, bit = (w + 1) % 64;
+    for (; sw < a->nsum; sw++, bit = 0) {
+      uint64_t sm = sum[sw] & (~(uint64_t)0 << bit);
+      if (sm) {
+        w = sw * 64 + (size_t)__builtin_ctzll(sm);
+        m = row[w];
+        break;
+      }
+    }
+    if (m == 0) return NULL;
+  }
+  return a->slot_seg[w * 64 + (size_t)__builtin_ctzll(m)];
+}
+
+#define FOR_BIN(a, b, r)                                                                   \
+  for (trove_segment_t *s_ = bin_seg_from((a), (b), 0); s_; s_ = bin_seg_from((a), (b), s_->slot + 1)) \
     for (trove_sb_t *r = s_->bin_runs[b], *rn_; r && ((rn_ = r->next), 1); r = rn_)
+
+/* Arena lock held: make sure a slot is free for the next segment that joins the arena (a new
+ * one or one from the cache); false if the bitmaps could not grow (out of memory). */
+static bool slots_reserve(arena_t *a) {
+  for (size_t w = 0; w < a->nwords; w++)
+    if (~a->slot_used[w]) return true;
+  size_t nw = a->nwords ? 2 * (size_t)a->nwords : 1, ns = (nw + 63) / 64;
+  size_t bytes = nw * 64 * sizeof(trove_segment_t *) + (nw + BINS * nw + BINS * ns) * 8;
+  char *m = _trove_os_map(bytes);
+  if (m == NULL) return false;
+  trove_segment_t **slot_seg = (trove_segment_t **)m;
+  uint64_t *slot_used = (uint64_t *)(m + nw * 64 * sizeof(trove_segment_t *));
+  uint64_t *binmap = slot_used + nw, *binsum = binmap + BINS * nw;
+  if (a->nwords) {                         /* copy the old tables into the new layout */
+    memcpy(slot_seg, a->slot_seg, a->nwords * 64 * sizeof(trove_segment_t *));
+    memcpy(slot_used, a->slot_used, a->nwords * 8);
+    for (size_t b = 0; b < BINS; b++) {
+      memcpy(binmap + b * nw, bin_row(a, b), a->nwords * 8);
+      memcpy(binsum + b * ns, bin_sum(a, b), a->nsum * 8);
+    }
+    size_t old = a->nwords * 64 * sizeof(trove_segment_t *) +
+                 ((size_t)a->nwords + BINS * (size_t)a->nwords + BINS * (size_t)a->nsum) * 8;
+    _trove_os_unmap(a->slot_seg, old);
+  }
+  a->slot_seg = slot_seg;
+  a->slot_used = slot_used;
+  a->binmap = binmap;
+  a->binsum = binsum;
+  a->nwords = (uint32_t)nw;
+  a->nsum = (uint32_t)ns;
+  return true;
+}
+
+/* Arena lock held, slots_reserve done: `seg` joins the arena in its lowest free slot. */
+static void slot_take(arena_t *a, trove_segment_t *seg) {
+  for (size_t w = 0; w < a->nwords; w++) {
+    uint64_t f = ~a->slot_used[w];
+    if (f) {
+      size_t i = w * 64 + (size_t)__builtin_ctzll(f);
+      a->slot_used[w] |= (uint64_t)1 << (i % 64);
+      a->slot_seg[i] = seg;
+      seg->slot = (uint32_t)i;
+      return;
+    }
+  }
+  __builtin_trap();                        /* unreachable: slots_reserve came first */
+}
+
+/* Arena lock held: `seg` leaves the arena (it has no run in any bin). */
+static void slot_release(arena_t *a, trove_segment_t *seg) {
+  size_t i = seg->slot;
+  a->slot_used[i / 64] &= ~((uint64_t)1 << (i % 64));
+  a->slot_seg[i] = NULL;
+}
 
 static void bin_push(arena_t *a, trove_sb_t *run) {
   size_t b = bin_of(run->npages);
   trove_segment_t *seg = seg_of(run);
-  if (seg->bin_runs[b] == NULL) {
-    trove_segment_t *sp = NULL, *sn = a->bins[b];
-    while (sn && sn->seq < seg->seq) {
-      sp = sn;
-      sn = sn->bin_next[b];
-    }
-    seg->bin_prev[b] = sp;
-    seg->bin_next[b] = sn;
-    if (sn) sn->bin_prev[b] = seg;
-    if (sp) sp->bin_next[b] = seg;
-    else {
-      a->bins[b] = seg;
-      a->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
-    }
+  if (seg->bin_runs[b] == NULL) {            /* its first run of this length: join the bin */
+    size_t s = seg->slot;
+    bin_row(a, b)[s / 64] |= (uint64_t)1 << (s % 64);
+    bin_sum(a, b)[s / 4096] |= (uint64_t)1 << ((s / 64) % 64);
+    a->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
   }
   trove_sb_t *prev = NULL, *next = seg->bin_runs[b];
   while (next && next->page < run->page) {
@@ -277,11 +362,16 @@ static void bin_remove(arena_t *a, trove_sb_t *run) {
   if (run->prev) run->prev->next = run->next; else seg->bin_runs[b] = run->next;
   if (run->next) run->next->prev = run->prev;
   if (seg->bin_runs[b] == NULL) {             /* its last run of this length: leave the bin */
-    trove_segment_t *sp = seg->bin_prev[b], *sn = seg->bin_next[b];
-    if (sp) sp->bin_next[b] = sn;
-    else if ((a->bins[b] = sn) == NULL) a->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
-    if (sn) sn->bin_prev[b] = sp;
-    seg->bin_prev[b] = seg->bin_next[b] = NULL;
+    size_t s = seg->slot;
+    uint64_t *word = &bin_row(a, b)[s / 64];
+    *word &= ~((uint64_t)1 << (s % 64));
+    if (*word == 0) {
+      uint64_t *sum = bin_sum(a, b);
+      sum[s / 4096] &= ~((uint64_t)1 << ((s / 64) % 64));
+      bool any = false;
+      for (size_t i = 0; i < a->nsum && !any; i++) any = sum[i] != 0;
+      if (!any) a->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
+    }
   }
   if (run->dirty) count_dirty(a, -(long)run->npages);
 }
@@ -489,7 +579,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   }
   bool in_bin = run != NULL;                     /* else a whole new or cached segment */
   trove_segment_t *seg;
-  if (run == NULL && (seg = cache_take(a)) != NULL) {
+  if (run == NULL && slots_reserve(a) && (seg = cache_take(a)) != NULL) {
     run = _trove_seg_run(seg, seg->first_page);             /* its whole free run, in no bin */
   } else if (run == NULL && narenas > 1) {
     trove_sb_t *r = steal_wait(a, npages, align_pages, kind);
@@ -501,7 +591,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   }
   bool new_segment = false;
   if (run == NULL) {
-    seg = _trove_segment_new(&a->segments);
+    seg = slots_reserve(a) ? _trove_segment_new(&a->segments) : NULL;
     new_segment = true;
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
@@ -511,13 +601,15 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       _trove_pages_purge(true);
       _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
       in_bin = (run = find_run(a, need)) != NULL;
-      if (run == NULL && (seg = _trove_segment_new(&a->segments)) == NULL) {
+      if (run == NULL &&
+          (!slots_reserve(a) || (seg = _trove_segment_new(&a->segments)) == NULL)) {
         pthread_mutex_unlock(arena_mutex(a));
         return NULL;
       }
     }
     if (run == NULL) {
       seg->arena = (uint32_t)(a - arenas);
+      slot_take(a, seg);
       run = make_free_run(seg, desc_new(seg), seg->first_page, seg_usable(seg), false, 0);
     }
   }

@@ -66,9 +66,7 @@ trove_segment_t *_trove_segment_new(trove_segment_t **list) {
     _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
     return NULL;
   }
-  static _Atomic uint64_t created;
   seg->magic = TROVE_SEGMENT_MAGIC;
-  seg->seq = atomic_fetch_add_explicit(&created, 1, memory_order_relaxed) + 1;
   seg->first_page = (uint32_t)TROVE_HEADER_PAGES;
   seg->free_pages = (uint32_t)(TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
   seg->next = *list;

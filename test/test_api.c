@@ -577,6 +577,59 @@ static void test_large_reuse(void) {
   printf("ok large buffers of changing sizes (reused mappings resized)\n");
 }
 
+/* More segments in one arena than the page heap's first slot tables hold (64; they grow by
+ * doubling), from one thread: 240 medium blocks of 640-976 KiB (3-6 to a 4 MiB segment),
+ * every other one freed, then 360 of 1 MiB, which fit none of those holes and take ~120 new
+ * segments, the tables growing twice while the holes wait in the bins. The freed blocks
+ * allocated again must go into their holes (the bins still find them), not into new
+ * segments (a few may: the thread's medium cache keeps some freed runs and lends them to
+ * other lengths; 0-4 new segments in 12 runs, 26 when growing the tables lost the bins' bits);
+ * and every block keeps its contents. */
+static void put_marks(unsigned char *p, size_t n, size_t i) {
+  p[0] = pat(i);
+  p[n / 2] = pat(i + 1);
+  p[n - 1] = pat(i + 2);
+}
+static void check_marks(const unsigned char *p, size_t n, size_t i) {
+  CHECKF(p[0] == pat(i) && p[n / 2] == pat(i + 1) && p[n - 1] == pat(i + 2),
+         "medium block #%zu of %zu bytes lost its contents", i, n);
+}
+static void test_many_segments(void) {
+  enum { A = 240, B = 360, N = A + B };
+  static unsigned char *b[N];
+  static size_t n[N];
+  trove_stats_t st0, st1, st2;
+  th_stats(&st0);
+  for (size_t i = 0; i < N; i++) {
+    if (i == A)
+      for (size_t j = 1; j < A; j += 2) {
+        check_marks(b[j], n[j], j);
+        T_FREE(b[j]);
+      }
+    n[i] = i < A ? 640 * TH_KIB + (i % 7) * 56 * TH_KIB : TH_MIB;
+    b[i] = (unsigned char *)T_MALLOC(n[i]);
+    CHECKF(b[i] != NULL, "malloc(%zu) #%zu returned NULL", n[i], i);
+    put_marks(b[i], n[i], i);
+  }
+  th_stats(&st1);
+  CHECKF(st1.segments >= st0.segments + 140, "%d blocks of 640 KiB - 1 MiB in %zu segments",
+         N - A / 2, st1.segments - st0.segments);
+  for (size_t j = 1; j < A; j += 2) {
+    b[j] = (unsigned char *)T_MALLOC(n[j]);
+    CHECKF(b[j] != NULL, "malloc(%zu) #%zu returned NULL", n[j], j);
+    put_marks(b[j], n[j], j);
+  }
+  th_stats(&st2);
+  CHECKF(st2.segments <= st1.segments + 12,
+         "%d blocks allocated again into their own holes grew %zu segments to %zu", A / 2,
+         st1.segments, st2.segments);
+  for (size_t i = 0; i < N; i++) {
+    check_marks(b[i], n[i], i);
+    T_FREE(b[i]);
+  }
+  printf("ok %zu segments in one arena, holes found again (+%zu)\n", st1.segments - st0.segments, st2.segments - st1.segments);
+}
+
 static void test_trim(void) {
   int r = T_MALLOC_TRIM(0);
   CHECK(r == 0 || r == 1);
@@ -679,6 +732,7 @@ int main(void) {
   test_aligned_reuse();
   test_valloc();
   test_large_reuse();
+  test_many_segments();
   test_trim();
   test_glibc_stats();
   printf("test_api (%s): all checks passed\n", T_MODE);
