@@ -52,6 +52,17 @@ static void invalid_middle(size_t size, size_t offset) {
 static int run_case(const char *c) {
   if (strncmp(c, "double:", 7) == 0) {
     double_free(strtoul(c + 7, NULL, 10));
+  } else if (strncmp(c, "realloc-freed:", 14) == 0) {
+    /* realloc of a freed block that must move it (or, to size 0, free it): a double free.
+     * One that fits in place is not checked (alloc.c, _trove_realloc). */
+    char *end;
+    size_t size = strtoul(c + 14, &end, 10), to = strtoul(end + 1, NULL, 10);
+    void *p = T_MALLOC(size), *q = T_MALLOC(size);  /* q: a live neighbour */
+    CHECK(p != NULL && q != NULL);
+    T_FREE(p);
+    target(p);
+    void *r = T_REALLOC(opaque(p), to);
+    fprintf(stderr, "realloc returned %p\n", r);
   } else if (strcmp(c, "double-remote") == 0) {
     void *p = T_MALLOC(64);
     CHECK(p != NULL);
@@ -219,7 +230,9 @@ static const mcase_t cases[] = {
     {"double:16", "double"},         {"double:64", "double"},
     {"double:1000", "double"},       {"double:10000", "double"},
     {"double:200000", "either"},     {"double:8388608", "either"},
-    {"double-remote", "double"},     {"invalid-stack", "invalid"},
+    {"double-remote", "double"},     {"realloc-freed:64:4096", "double"},
+    {"realloc-freed:1000:0", "double"}, {"realloc-freed:3000:100", "double"},
+    {"invalid-stack", "invalid"},
     {"invalid-const", "invalid"},    {"invalid-middle-64", "invalid"},
     {"invalid-middle-1000", "invalid"}, {"invalid-middle-medium", "invalid"},
     {"invalid-middle-large", "invalid"}, {"invalid-middle-large-far", "invalid"},
