@@ -519,7 +519,8 @@ void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) TROVE_HIDDE
 /* ---------------------------------------------------------------- large objects (large.c) */
 typedef struct trove_large_s {
   uint64_t magic;
-  size_t map_size;         /* whole mapping */
+  size_t map_size;         /* the part in use, counted as held (pages past it are zero) */
+  size_t reserve;          /* the whole mapping: map_size and address space after it */
   size_t usable;           /* bytes from the user pointer to the end of the mapping */
   size_t requested;
   uintptr_t base;          /* mapping start */
@@ -545,8 +546,9 @@ void _trove_os_unmap(void *p, size_t size) TROVE_HIDDEN;
  * back, _trove_os_unreserve the rest. */
 void *_trove_os_reserve_aligned(size_t size, size_t align) TROVE_HIDDEN;
 void _trove_os_unreserve(void *p, size_t size) TROVE_HIDDEN;
-void _trove_os_count_mapped(size_t size) TROVE_HIDDEN;
-void _trove_os_release(void *p, size_t size, size_t resident) TROVE_HIDDEN;  /* unmap: a purge */
+void _trove_os_count_mapped(ptrdiff_t delta) TROVE_HIDDEN;
+/* unmap `size` bytes, `counted` of them held: a purge of `resident` */
+void _trove_os_release(void *p, size_t size, size_t counted, size_t resident) TROVE_HIDDEN;
 bool _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents (then 0) */
 void _trove_os_touch(void *p, size_t size) TROVE_HIDDEN;         /* write-fault zero pages */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;

@@ -5,8 +5,9 @@
  *  - map/map_aligned: fresh zeroed read-write memory, or NULL (errno untouched) on failure.
  *  - purge: the range stays mapped and reads back as zeros; its physical pages go back now
  *    (MADV_DONTNEED, so RSS drops at once rather than under memory pressure).
- *  - remap: moves a mapping onto `target`, a range of new_size from map_aligned that it
- *    replaces, without copying pages.
+ *  - remap: moves a mapping onto `target`, a range of new_size from reserve_aligned that it
+ *    replaces, without copying pages; remap and grow_in_place change address space only,
+ *    and their caller counts what is held (count_mapped).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -66,7 +67,7 @@ void *_trove_os_reserve_aligned(size_t size, size_t align) {
 }
 
 void _trove_os_unreserve(void *p, size_t size) { raw_unmap(p, size); }
-void _trove_os_count_mapped(size_t size) { note_mapped((ptrdiff_t)size); }
+void _trove_os_count_mapped(ptrdiff_t delta) { note_mapped(delta); }
 
 void *_trove_os_map_aligned(size_t size, size_t align) {
   void *p = _trove_os_reserve_aligned(size, align);
@@ -79,11 +80,13 @@ void _trove_os_unmap(void *p, size_t size) {
   note_mapped(-(ptrdiff_t)size);
 }
 
-/* Unmap memory that held data (a segment, a large mapping): a purge of the `resident` bytes
- * it still held (its header alone, if its pages were purged already: counting the whole
- * mapping again had a teardown of 570 MiB report 1.5 GB given back). */
-void _trove_os_release(void *p, size_t size, size_t resident) {
-  _trove_os_unmap(p, size);
+/* Unmap memory that held data (a segment, a large mapping and its reserve), of which `counted`
+ * bytes were counted as held: a purge of the `resident` bytes it still held (its header
+ * alone, if its pages were purged already: counting the whole mapping again had a teardown
+ * of 570 MiB report 1.5 GB given back). */
+void _trove_os_release(void *p, size_t size, size_t counted, size_t resident) {
+  raw_unmap(p, size);
+  note_mapped(-(ptrdiff_t)counted);
   atomic_fetch_add_explicit(&_trove_os_purge_calls, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&_trove_os_purged_total, resident, memory_order_relaxed);
 }
@@ -108,22 +111,19 @@ void _trove_os_touch(void *p, size_t size) {
   for (size_t off = 0; off < size; off += 4096) c[off] = 0;
 }
 
+/* Address space only (the caller counts what is held): the reserve at target is replaced. */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) {
   int saved = errno;
   void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
   errno = saved;
-  if (p == MAP_FAILED) return NULL;
-  note_mapped(-(ptrdiff_t)old_size);     /* the reservation at target is replaced, not added */
-  return p;
+  return p == MAP_FAILED ? NULL : p;
 }
 
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) {
   int saved = errno;
   void *q = mremap(p, old_size, new_size, 0);
   errno = saved;
-  if (q == MAP_FAILED) return false;
-  note_mapped((ptrdiff_t)new_size - (ptrdiff_t)old_size);
-  return true;
+  return q != MAP_FAILED;
 }
 
 uint64_t _trove_os_now_ms(void) {

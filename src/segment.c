@@ -82,7 +82,7 @@ void _trove_segment_free(trove_segment_t *seg) {
   size_t header = (size_t)seg->first_page << TROVE_PAGE_SHIFT;
   size_t resident = header + (_trove_seg_run(seg, seg->first_page)->dirty ? TROVE_SEGMENT_SIZE - header : 0);
   segmap_set((uintptr_t)seg, TROVE_MAP_NONE);
-  _trove_os_release(seg, TROVE_SEGMENT_SIZE, resident);
+  _trove_os_release(seg, TROVE_SEGMENT_SIZE, TROVE_SEGMENT_SIZE, resident);
 }
 
 /* large.c registers its mappings here too, so that one table answers "is this ours?". */

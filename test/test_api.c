@@ -577,6 +577,28 @@ static void test_large_reuse(void) {
   printf("ok large buffers of changing sizes (reused mappings resized)\n");
 }
 
+/* A large block shrunk by realloc gives its tail's pages back but keeps the address space
+ * (large.c, reserve_for); a calloc that takes the freed mapping and grows into that tail
+ * again must read zeros there, not the bytes the tail held before. */
+static void test_large_shrunk_tail(void) {
+  th_collect();                            /* an empty cache: the calloc takes this mapping */
+  size_t big = 8 * TH_MIB, small = 2 * TH_MIB, again = 7 * TH_MIB;
+  unsigned char *p = (unsigned char *)T_MALLOC(big);
+  CHECK(p != NULL);
+  memset(p, 0xab, big);
+  unsigned char *q = (unsigned char *)T_REALLOC(p, small);
+  CHECK(q != NULL);
+  for (size_t i = 0; i < small; i += 4093) CHECK(q[i] == 0xab);
+  T_FREE(q);
+  unsigned char *z = (unsigned char *)T_CALLOC(1, again);
+  CHECK(z != NULL);
+  size_t bad = 0;
+  for (size_t i = 0; i < again; i += 509) bad += z[i] != 0;
+  CHECKF(bad == 0, "calloc(%zu) after a shrunk mapping: %zu sampled bytes not zero", again, bad);
+  T_FREE(z);
+  printf("ok calloc over a large block's shrunk tail reads zeros\n");
+}
+
 /* More segments in one arena than the page heap's first slot tables hold (64; they grow by
  * doubling), from one thread: 240 medium blocks of 640-976 KiB (3-6 to a 4 MiB segment),
  * every other one freed, then 360 of 1 MiB, which fit none of those holes and take ~120 new
@@ -732,6 +754,7 @@ int main(void) {
   test_aligned_reuse();
   test_valloc();
   test_large_reuse();
+  test_large_shrunk_tail();
   test_many_segments();
   test_trim();
   test_glibc_stats();
