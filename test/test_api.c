@@ -577,6 +577,37 @@ static void test_large_reuse(void) {
   printf("ok large buffers of changing sizes (reused mappings resized)\n");
 }
 
+/* Aligned large blocks reuse cached mappings too (large.c, cache_take): each is aligned and
+ * keeps its contents, and a calloc that takes a mapping an aligned block dirtied reads zeros. */
+static void test_large_aligned_reuse(void) {
+  th_collect();
+  unsigned char *b[4] = {0};
+  size_t aligns[] = {2 * TH_MIB, TH_MIB, 64 * TH_KIB, 1 * TH_MIB + 0};
+  for (int round = 0; round < 40; round++) {
+    int k = round % 4;
+    if (b[k]) {
+      CHECKF(b[k][0] == (unsigned char)(round - 4) && b[k][TH_MIB] == (unsigned char)(round - 4),
+             "aligned large block lost its contents (round %d)", round);
+      T_FREE(b[k]);
+    }
+    size_t align = aligns[(size_t)round % 4 == 3 ? 3 : (size_t)k], size = TH_MIB + 4096 + (size_t)round * 40000;
+    void *p = NULL;
+    CHECK(T_POSIX_MEMALIGN(&p, align, size) == 0 && p != NULL);
+    CHECKF((uintptr_t)p % align == 0, "posix_memalign(%zu, %zu) = %p", align, size, p);
+    CHECK(T_USABLE_SIZE(p) >= size);
+    b[k] = (unsigned char *)p;
+    memset(b[k], (unsigned char)round, size);
+  }
+  for (int k = 0; k < 4; k++) T_FREE(b[k]);
+  unsigned char *z = (unsigned char *)T_CALLOC(1, 3 * TH_MIB);
+  CHECK(z != NULL);
+  size_t bad = 0;
+  for (size_t i = 0; i < 3 * TH_MIB; i += 509) bad += z[i] != 0;
+  CHECKF(bad == 0, "calloc after aligned large blocks: %zu sampled bytes not zero", bad);
+  T_FREE(z);
+  printf("ok aligned large blocks reuse cached mappings\n");
+}
+
 /* A large block shrunk by realloc gives its tail's pages back but keeps the address space
  * (large.c, reserve_for); a calloc that takes the freed mapping and grows into that tail
  * again must read zeros there, not the bytes the tail held before. */
@@ -755,6 +786,7 @@ int main(void) {
   test_valloc();
   test_large_reuse();
   test_large_shrunk_tail();
+  test_large_aligned_reuse();
   test_many_segments();
   test_trim();
   test_glibc_stats();
