@@ -94,15 +94,11 @@ int main(int argc, char **argv) {
 
   bu_warm_allocator();
   worker_t *ws = bu_map(sizeof(worker_t) * (size_t)t);
-  pthread_t *tids = bu_map(sizeof(pthread_t) * (size_t)t);
   for (int i = 0; i < t; i++) {
     ws[i].index = i;
     ws[i].slot = bu_map(sizeof(void *) * (size_t)slots);
   }
-  bu_barrier_init(&G.start, (unsigned)t + 1);
-  for (int i = 0; i < t; i++) bu_thread_create(&tids[i], worker, &ws[i]);
-  pthread_barrier_wait(&G.start);
-  for (int i = 0; i < t; i++) bu_thread_join(tids[i]);
+  bu_run_workers(t, worker, ws, sizeof ws[0], &G.start);
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   const char *name = huge ? "aligned-huge" : "aligned";
   bu_result(name, t, "time", secs, "s");

@@ -478,6 +478,17 @@ static inline void bu_barrier_init(pthread_barrier_t *b, unsigned count) {
   if (rc != 0) bu_die("pthread_barrier_init: %s", strerror(rc));
 }
 
+/* Run t workers: thread i gets `items + i * stride`; they wait at `start` (set up here for
+ * the t workers and the caller) so that all begin together, and all are joined on return. */
+static inline void bu_run_workers(int t, void *(*fn)(void *), void *items, size_t stride,
+                                  pthread_barrier_t *start) {
+  pthread_t *tids = (pthread_t *)bu_map(sizeof(pthread_t) * (size_t)t);
+  bu_barrier_init(start, (unsigned)t + 1);
+  for (int i = 0; i < t; i++) bu_thread_create(&tids[i], fn, (char *)items + (size_t)i * stride);
+  pthread_barrier_wait(start);
+  for (int i = 0; i < t; i++) bu_thread_join(tids[i]);
+}
+
 static inline int bu_ncpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
