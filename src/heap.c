@@ -540,13 +540,14 @@ static void sparse_add(trove_heap_t *h, trove_sb_t *sb) {
   }
   trove_class_lists_t *l = &h->lists[sb->cls];
   list_push(&l->sparse, sb);
-  if (l->nsparse++ == 0) h->sparse_map[sb->cls / 64] |= (uint64_t)1 << (sb->cls % 64);
+  l->nsparse++;       /* the bit unconditionally: whether it was clear is a coin toss too */
+  h->sparse_map[sb->cls / 64] |= (uint64_t)1 << (sb->cls % 64);
 }
 
 static void sparse_unlink_live(trove_heap_t *h, trove_sb_t *sb) {
   trove_class_lists_t *l = &h->lists[sb->cls];
   list_remove(&l->sparse, sb);
-  if (--l->nsparse == 0) h->sparse_map[sb->cls / 64] &= ~((uint64_t)1 << (sb->cls % 64));
+  h->sparse_map[sb->cls / 64] &= ~((uint64_t)(--l->nsparse == 0) << (sb->cls % 64));
 }
 
 /* A sparse superblock on its class's list and nothing else: a superblock's live count only
