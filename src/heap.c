@@ -1526,6 +1526,12 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
  * threads: thread pools a few times the CPUs keep their own heaps. */
 #define SHARED_MAX 64
 #define SHARED_MIN_SIZE 2048     /* classes above this are shared when threads crowd the CPUs */
+/* heap_alloc_small leaves an exhausted superblock in the direct[] slots of its class when a
+ * shared heap then serves the class (it only resets cur[]): harmless while shared classes
+ * have no slots. With direct[] reaching 4 KiB, the slots of the 2-4 KiB classes kept such a
+ * superblock after it went back to the page heap, and test_stress's crowded run (64 threads)
+ * caught misaligned and overwritten blocks. */
+_Static_assert(SHARED_MIN_SIZE >= TROVE_DIRECT_MAX, "shared classes have no direct[] slots");
 typedef struct {
   pthread_mutex_t lock;
   trove_heap_t *_Atomic heap;    /* set once, under _trove_locks.heaps, after `lock` is made */
