@@ -232,9 +232,11 @@ TROVE_INLINE struct trove_heap_s *_trove_sb_owner(const trove_sb_t *sb) {
 /* The kind of the 4 MiB region of `a`. The map is written (atomically) when segments and
  * large mappings come and go; a peek is a plain byte load, which the compiler folds into the
  * compare. */
-TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a) {
-  uintptr_t i = a >> TROVE_SEGMENT_SHIFT;
+TROVE_INLINE unsigned _trove_segmap_kind_at(uintptr_t i) {   /* i = address >> SEGMENT_SHIFT */
   return likely(i < TROVE_SEGMAP_SIZE) ? _trove_peek_u8(&_trove_segmap[i]) : TROVE_MAP_NONE;
+}
+TROVE_INLINE unsigned _trove_segmap_kind(uintptr_t a) {
+  return _trove_segmap_kind_at(a >> TROVE_SEGMENT_SHIFT);
 }
 
 /* Live blocks of a small superblock, and the trigger that keeps `slack` = used - trigger. */
@@ -698,7 +700,7 @@ TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
 TROVE_INLINE void _trove_free_inline(void *p) {
   uintptr_t a = (uintptr_t)p;
   uintptr_t i = a >> TROVE_SEGMENT_SHIFT;
-  if (unlikely(i >= TROVE_SEGMAP_SIZE || _trove_peek_u8(&_trove_segmap[i]) != TROVE_MAP_SEGMENT)) {
+  if (unlikely(_trove_segmap_kind_at(i) != TROVE_MAP_SEGMENT)) {
     _trove_free_unmapped(p);                 /* NULL, large objects, foreign pointers */
     return;
   }
