@@ -1526,9 +1526,9 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
  * threads: thread pools a few times the CPUs keep their own heaps. */
 #define SHARED_MAX 64
 #define SHARED_MIN_SIZE 2048     /* classes above this are shared when threads crowd the CPUs */
-/* heap_alloc_small leaves an exhausted superblock in the direct[] slots of its class when a
- * shared heap then serves the class (it only resets cur[]): harmless while shared classes
- * have no slots. With direct[] reaching 4 KiB, the slots of the 2-4 KiB classes kept such a
+/* heap_alloc_small once left an exhausted superblock in the direct[] slots of its class when
+ * a shared heap then served the class (it only reset cur[]); it now points them away
+ * (set_current), and this keeps the shared classes clear of slots anyway. With direct[] reaching 4 KiB, the slots of the 2-4 KiB classes kept such a
  * superblock after it went back to the page heap, and test_stress's crowded run (64 threads)
  * caught misaligned and overwritten blocks. */
 _Static_assert(SHARED_MIN_SIZE >= TROVE_DIRECT_MAX, "shared classes have no direct[] slots");
@@ -1920,11 +1920,13 @@ static void *heap_alloc_small(trove_heap_t *h, size_t cls, bool share) {
       sb->state = TROVE_SB_FULL;
       _trove_sb_set_trigger(sb, full_trigger(sb));
       list_push(&h->lists[cls].full, sb);
-      h->cur[cls] = &_trove_sb_empty;
+      /* its direct[] slots too (see direct_of): a shared heap may serve this malloc and
+       * leave the class without a current superblock of its own */
+      set_current(h, cls, &_trove_sb_empty);
+      sb = &_trove_sb_empty;
     }
     if (h->coarse && _trove_class_coarse[cls] != cls && h->lists[cls].partial == NULL &&
         h->lists[cls].sparse == NULL) {      /* coarse mode: its coarse class serves it */
-      if (sb != &_trove_sb_empty) set_current(h, cls, &_trove_sb_empty);
       cls = _trove_class_coarse[cls];
       sb = h->cur[cls];
       continue;
