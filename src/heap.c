@@ -1512,26 +1512,30 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
  * (bench/manythreads: 100 threads held 104 MiB, 45 of it in superblocks of the classes above
  * 4 KiB and 29 in those of 1-4 KiB, one or two per class and thread; glibc 14, jemalloc 44).
  * So past max(63, 8 per CPU) live thread heaps, a thread that needs a superblock of a class
- * above 2 KiB and has none of its own with a free block allocates from one of 4 heaps per CPU
- * that the threads share (Hoard's heaps per processor), under its lock (a busy one is passed
- * for a free one, as glibc's arenas are): one superblock per class serves many threads.
- * Blocks go back to it like any other heap's, through its remote queue, which it drains
- * under the lock; the timed work tends it (shared_tend). Classes up to 2 KiB, which most
- * allocations use, keep the thread heaps' lock-free paths, as do all classes in a program
- * with fewer threads. manythreads at 100 / 800 threads: peak RSS 104 -> 56 / 733 -> 269 MiB
- * (jemalloc 51 / 252), time level (+1-5%). Sharing from 1 KiB up: 50 / 213 MiB but 12-20%
- * slower (the lock and the remote frees cost 330 instructions more a shared malloc and its
- * free); from 4 KiB up: 71 / 410 MiB and 10% faster. With one shared heap per CPU and no
- * passing, 32 threads of mtmalloctest took 0.46 s instead of 0.26, hence the floor of 64
- * threads: thread pools a few times the CPUs keep their own heaps. */
+ * above 256 B and has none of its own with a free block allocates from one of 4 heaps per
+ * CPU that the threads share (Hoard's heaps per processor), under its lock (a busy one is
+ * passed for a free one, as glibc's arenas are): one superblock per class serves many
+ * threads. Blocks go back to it like any other heap's, through its remote queue, which it
+ * drains under the lock; the timed work tends it (shared_tend). Classes up to 256 B, which
+ * most allocations use, keep the thread heaps' lock-free paths, as do all classes in a
+ * program with fewer threads. With the floor at 2 KiB, manythreads at 100 / 800 threads
+ * went from 104 -> 56 / 733 -> 269 MiB peak RSS (jemalloc 51 / 252), time level; coarse
+ * mode (see direct_of) then took it to 23 / 115 MiB, most of that each thread's current
+ * superblocks of the 14 coarse classes up to 2 KiB, a page each. Sharing from 256 B up: 100
+ * / 200 / 800 threads 23.4 -> 19.6, 36.9 -> 28.2, 114.6 -> 74.5 MiB (glibc 13.6 / 20.7 /
+ * 64.9), and 1-8% fewer requests a second (6.36M -> 5.86M, 6.40M -> 6.32M, 6.54M -> 6.40M;
+ * glibc 5.52M / 5.65M / 5.67M); from 512 B up 20.9 / 31.1 / 86.7 MiB for about as much
+ * time; from 128 B up, 30% slower (the lock and the remote frees cost 330 instructions more
+ * a shared malloc and its free, and 128-256 B is a third of its mallocs). With one shared
+ * heap per CPU and no passing, 32 threads of mtmalloctest took 0.46 s instead of 0.26,
+ * hence the floor of 64 threads: thread pools a few times the CPUs keep their own heaps.
+ * A shared class may have direct[] slots: heap_alloc_small points them away from a
+ * superblock it puts on the full list (set_current), so that no slot keeps it while a
+ * shared heap serves the class (when it only reset cur[], the slots of the 2-4 KiB classes
+ * kept such a superblock after it went back to the page heap, and test_stress's crowded run
+ * caught misaligned and overwritten blocks). */
 #define SHARED_MAX 64
-#define SHARED_MIN_SIZE 2048     /* classes above this are shared when threads crowd the CPUs */
-/* heap_alloc_small once left an exhausted superblock in the direct[] slots of its class when
- * a shared heap then served the class (it only reset cur[]); it now points them away
- * (set_current), and this keeps the shared classes clear of slots anyway. With direct[] reaching 4 KiB, the slots of the 2-4 KiB classes kept such a
- * superblock after it went back to the page heap, and test_stress's crowded run (64 threads)
- * caught misaligned and overwritten blocks. */
-_Static_assert(SHARED_MIN_SIZE >= TROVE_DIRECT_MAX, "shared classes have no direct[] slots");
+#define SHARED_MIN_SIZE 256      /* classes above this are shared when threads crowd the CPUs */
 typedef struct {
   pthread_mutex_t lock;
   trove_heap_t *_Atomic heap;    /* set once, under _trove_locks.heaps, after `lock` is made */
@@ -1540,7 +1544,7 @@ typedef struct {
 static trove_shared_t shared[SHARED_MAX];
 static uint64_t shared_forked;   /* fork: the shared heaps whose locks fork_prepare holds */
 
-/* Live thread heaps past which the classes above 2 KiB are shared: TROVE_SHARED_THREADS, or
+/* Live thread heaps past which the classes above 256 B are shared: TROVE_SHARED_THREADS, or
  * by default more than 8 per CPU and at least 64. */
 static uint32_t shared_threshold(void) {
   long o = TROVE_OPT(SHARED_THREADS);

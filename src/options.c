@@ -36,7 +36,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
   [TROVE_OPT_ARENAS] = {"TROVE_ARENAS", OPT_INT, 0, 0, 64,
                         "page heap arenas (0: one per CPU; each thread heap takes runs from its own)"},
   [TROVE_OPT_SHARED_THREADS] = {"TROVE_SHARED_THREADS", OPT_INT, 0, 0, 1 << 24,
-                                "with more live threads than this, classes above 2 KiB come from shared heaps"
+                                "with more live threads than this, classes above 256 B come from shared heaps"
                                 " (0: max(63, 8 per CPU))"},
 };
 

@@ -246,9 +246,11 @@ check("8 threads: a superblock of the 3 KiB class each (2 blocks)",
       p.returncode == 0 and value(p.stdout, "superblocks") >= 8, p.stdout[:300])
 p = run("shared")
 n = value(p.stdout, "threads") if p.returncode == 0 else 0
-check("hundreds of threads: the classes above 2 KiB come from shared heaps",
+check("hundreds of threads: the classes above 256 B come from shared heaps",
       p.returncode == 0 and value(p.stdout, "superblocks") <= n // 2
-      and value(p.stdout, "in_use_blocks") >= 2 * n, p.stdout[:300] + p.stderr[:300])
+      and value(p.stdout, "in_use_blocks") >= 2 * n
+      and value(p.stdout, "small_superblocks") <= n // 2
+      and value(p.stdout, "small_in_use_blocks") >= 2 * n, p.stdout[:300] + p.stderr[:300])
 check("shared heaps: a child forked meanwhile allocates", value(p.stdout, "child_ok") == 1,
       p.stdout[:300])
 check("shared heaps: the blocks other threads freed are collected",

@@ -113,6 +113,8 @@ static void *busy_worker(void *arg) {
  * the next thread (remote frees into the shared heaps), allocates and frees 200 more, and
  * exits. */
 #define SHARE_HELD 2
+/* a class above 2 KiB, and one above 256 B with direct[] slots (640 B, coarse 768) */
+static const size_t share_size[2] = {3000, 600};
 static pthread_barrier_t share_bar;
 static void **share_blocks;
 static int share_n;
@@ -120,16 +122,18 @@ static void *share_worker(void *arg) {
   int i = (int)(intptr_t)arg;
   trove_free(trove_malloc(16));              /* a heap of its own first */
   pthread_barrier_wait(&share_bar);          /* then all allocate, crowded */
-  for (int k = 0; k < SHARE_HELD; k++) {
-    share_blocks[i * SHARE_HELD + k] = trove_malloc(3000);
-    if (share_blocks[i * SHARE_HELD + k]) memset(share_blocks[i * SHARE_HELD + k], i & 0xff, 3000);
+  for (int k = 0; k < 2 * SHARE_HELD; k++) {
+    size_t size = share_size[k / SHARE_HELD];
+    void *p = share_blocks[i * 2 * SHARE_HELD + k] = trove_malloc(size);
+    if (p) memset(p, i & 0xff, size);
   }
   pthread_barrier_wait(&share_bar);
   pthread_barrier_wait(&share_bar);          /* main reads the statistics in between */
   int j = (i + 1) % share_n;
-  for (int k = 0; k < SHARE_HELD; k++) {
-    unsigned char *b = share_blocks[j * SHARE_HELD + k];
-    if (b && (b[0] != (j & 0xff) || b[2999] != (j & 0xff))) abort();   /* overwritten */
+  for (int k = 0; k < 2 * SHARE_HELD; k++) {
+    size_t size = share_size[k / SHARE_HELD];
+    unsigned char *b = share_blocks[j * 2 * SHARE_HELD + k];
+    if (b && (b[0] != (j & 0xff) || b[size - 1] != (j & 0xff))) abort();   /* overwritten */
     trove_free(b);
   }
   for (int r = 0; r < 200; r++) {
@@ -353,27 +357,34 @@ int main(int argc, char **argv) {
     }
     print_blocks_per_superblock(&st, 32768);
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
-    /* More than max(63, 8 per CPU) threads with a heap: the classes above 2 KiB come from
-     * heaps the threads share, so far fewer superblocks of the 3 KiB class than threads;
-     * then they free each other's blocks and exit, and a fork and trove_collect follow. */
+    /* More than max(63, 8 per CPU) threads with a heap: the classes above 256 B come from
+     * heaps the threads share, so far fewer superblocks of the 3 KiB class, and of the
+     * class of 600 B, than threads; then they free each other's blocks and exit, and a fork
+     * and trove_collect follow. */
     long cpus = sysconf(_SC_NPROCESSORS_CONF);
     long crowd = 8 * (cpus > 0 ? cpus : 1);
     int n = strcmp(mode, "shared") == 0 ? (int)(crowd > 63 ? crowd : 63) + 16 : 8;
     share_n = n;
-    share_blocks = malloc(sizeof(void *) * SHARE_HELD * (size_t)n);
+    share_blocks = malloc(sizeof(void *) * 2 * SHARE_HELD * (size_t)n);
     pthread_barrier_init(&share_bar, NULL, (unsigned)n + 1);
     pthread_t *t = start_threads(n, share_worker);
     if (t == NULL) return 1;
     pthread_barrier_wait(&share_bar);
     pthread_barrier_wait(&share_bar);
     trove_stats_get(&st);
-    size_t sbs = 0, used = 0;
-    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
+    size_t sbs = 0, used = 0, small_sbs = 0, small_used = 0;
+    for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++) {
       if (st.classes[c].block_size == 3072) {
         sbs = st.classes[c].superblocks;
         used = st.classes[c].blocks_in_use;
       }
+      if (st.classes[c].block_size == 640 || st.classes[c].block_size == 768) {
+        small_sbs += st.classes[c].superblocks;
+        small_used += st.classes[c].blocks_in_use;
+      }
+    }
     printf("threads=%d\nsuperblocks=%zu\nin_use_blocks=%zu\n", n, sbs, used);
+    printf("small_superblocks=%zu\nsmall_in_use_blocks=%zu\n", small_sbs, small_used);
     pid_t pid = fork();                      /* a child while the shared heaps are in use */
     if (pid == 0) {
       void *p = trove_malloc(3000);
@@ -389,7 +400,9 @@ int main(int argc, char **argv) {
     trove_stats_get(&st);
     used = 0;
     for (size_t c = 0; c < sizeof st.classes / sizeof st.classes[0]; c++)
-      if (st.classes[c].block_size == 3072) used = st.classes[c].blocks_in_use;
+      if (st.classes[c].block_size == 3072 || st.classes[c].block_size == 640 ||
+          st.classes[c].block_size == 768)
+        used += st.classes[c].blocks_in_use;
     printf("in_use_after=%zu\n", used);
     free(t);
     free(share_blocks);
