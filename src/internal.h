@@ -618,30 +618,34 @@ TROVE_INLINE void *_trove_malloc_inline(size_t size) {
 }
 
 /* An aligned request (a power of two `align`) served as malloc is: the class of `size`, moved
- * up to the first class whose size `align` divides, popped from its current superblock. NULL
- * when this path does not serve it (larger than a small block or a page's alignment, or no
- * free block at hand: the first call of a thread, a class out of blocks); the caller then
- * takes alloc.c's slow path, which can also fail and set errno, as this cannot. Through the
- * general path, posix_memalign(64, 48-248 B) took 100 instructions against malloc's 15; with
- * three lookups here, 46; with _trove_aligned_slot, 32 (35 for posix_memalign: its checks). */
-TROVE_INLINE void *_trove_aligned_fast(size_t align, size_t size) {
+ * up to the first class whose size `align` divides, popped from its current superblock. This
+ * finds that superblock (the empty one if the thread has none) and the class size, *cs; NULL
+ * when this path does not serve the request (larger than a small block or a page's
+ * alignment), which alloc.c's slow path then takes. Through the general path,
+ * posix_memalign(64, 48-248 B) took 100 instructions against malloc's 15; with three lookups
+ * here, 46; with _trove_aligned_slot, 32 (35 for posix_memalign: its checks). */
+TROVE_INLINE trove_sb_t *_trove_aligned_sb(size_t align, size_t size, size_t *cs) {
   trove_heap_t *h = _trove_tls_heap;
-  trove_sb_t *sb;
   size_t lg = (size_t)__builtin_ctzl(align);
   if (likely(size <= TROVE_DIRECT_MAX && lg <= TROVE_ALIGN_DIRECT_LG)) {
     size_t slot = _trove_aligned_slot[lg][(size + 15) >> 4];
     if (unlikely(slot == 0)) return NULL;
-    sb = h->direct[slot];
-  } else {
-    if (unlikely(size > TROVE_SMALL_MAX || lg > TROVE_PAGE_SHIFT)) return NULL;
-    if (lg < 4) lg = 4;                            /* every block is 16-byte aligned */
-    size_t cls = _trove_class_aligned[lg - 4][_trove_size_class_lookup(size)];
-    size_t cs = _trove_class_size[cls];
-    /* in coarse mode direct[] may hold a coarse class's superblock: as aligned (size_class.c) */
-    sb = cs <= TROVE_DIRECT_MAX ? h->direct[(cs + 15) >> 4] : h->cur[cls];
+    *cs = slot << 4;                               /* the class size: slots are its 16ths */
+    trove_sb_t *sb = h->direct[slot];
+    if (sb == NULL) __builtin_unreachable();       /* never: so the caller's NULL test folds */
+    return sb;
   }
-  trove_block_t *b = sb->free;
-  if (unlikely(b == NULL)) return NULL;
+  if (unlikely(size > TROVE_SMALL_MAX || lg > TROVE_PAGE_SHIFT)) return NULL;
+  if (lg < 4) lg = 4;                              /* every block is 16-byte aligned */
+  size_t cls = _trove_class_aligned[lg - 4][_trove_size_class_lookup(size)];
+  *cs = _trove_class_size[cls];
+  /* in coarse mode direct[] may hold a coarse class's superblock: as aligned (size_class.c) */
+  trove_sb_t *sb = *cs <= TROVE_DIRECT_MAX ? h->direct[(*cs + 15) >> 4] : h->cur[cls];
+  if (sb == NULL) __builtin_unreachable();
+  return sb;
+}
+/* Pop `b`, sb's first free block (malloc's fast path, for the aligned ones). */
+TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
   sb->free = b->next;
   sb->slack++;
   b->tag = 0;

@@ -98,6 +98,14 @@ static int child(void *arg) {
   p = NULL;
   int rc = T_POSIX_MEMALIGN(&p, 4096, TH_MIB);
   CHECKF(rc == ENOMEM, "posix_memalign(4096, 1 MiB) = %d, not ENOMEM", rc);
+  /* A small aligned request in the class malloc(64) just ran out of: the aligned fast path's
+   * refill (alloc.c) fails, and posix_memalign still leaves errno alone. */
+  errno = EDOM;
+  rc = T_POSIX_MEMALIGN(&p, 64, 64);
+  CHECKF(rc == ENOMEM && errno == EDOM, "posix_memalign(64, 64) = %d, errno %d", rc, errno);
+  errno = 0;
+  p = T_ALIGNED_ALLOC(32, 64);
+  CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(32, 64) = %p errno %d", p, errno);
   errno = 0;
   p = T_ALIGNED_ALLOC(4096, TH_MIB);
   CHECK(p == NULL && errno == ENOMEM);
