@@ -318,6 +318,32 @@ static void medium_cache_idle_thread(void) {
   }
 }
 
+/* A thread that ends gives its medium cache to the page heap (heap.c, _trove_heap_thread_done):
+ * kept with its parked heap, the runs waited for whichever thread took that heap next. */
+static void *medium_burst_then_exit(void *arg) {
+  void *q[8];
+  for (int i = 0; i < 8; i++) q[i] = trove_malloc(medium_size(i));
+  for (int i = 0; i < 8; i++) trove_free(q[i]);
+  trove_stats_t s;
+  trove_stats_get(&s);
+  *(size_t *)arg = s.medium_cached_bytes;          /* what it keeps while it runs */
+  return NULL;
+}
+
+static void medium_cache_thread_exit(void) {
+  trove_collect();
+  size_t cached = 0;
+  double t0 = now_s();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, medium_burst_then_exit, &cached) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  trove_stats_get(&st);
+  CHECK(st.medium_cached_bytes == 0);
+  /* and so the check above is not idle: the thread's cache held its burst (unless a run aged
+   * out first, 1/8 of the purge delay, on a loaded machine) */
+  if (getenv("TROVE_PURGE_DELAY_MS") == NULL && now_s() - t0 < 0.015) CHECK(cached > 0);
+}
+
 /* The cache's batch term (heap.c, mcache_cap) counts the thread's medium pages taken and not
  * freed. A malloc served by a cached run up to 1/8 longer than it asked for took the run's
  * length, and its free gave that back: counted from the request, a thread that did so often
@@ -648,6 +674,7 @@ int main(int argc, char **argv) {
   medium_cache();
   medium_cache_lean_when_others_fault();
   medium_cache_idle_thread();
+  medium_cache_thread_exit();
   medium_cache_batch_after_reuse();
   churn_leaves_store();
   medium_cache_crowded();
