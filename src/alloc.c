@@ -235,9 +235,9 @@ enomem:
   return NULL;
 }
 
-/* The aligned fast path's class (size `cs`) had no free block at hand in `sb`, its current
- * superblock (or the empty one): malloc's slow path for that superblock, as alloc_aligned would
- * reach it through _trove_malloc_inline(cs), without a larger class's block. Going there
+/* The aligned fast path's class had no free block at hand in its current superblock (or the
+ * thread has none): malloc's slow path for that superblock, found again here, as alloc_aligned
+ * would reach it through _trove_malloc_inline(class size), without a larger class's block. Going there
  * through alloc_aligned cost 90 instructions more a call (the checks, the class found again,
  * posix_memalign_slow's errno): in random replacement of 16 B - 16 KiB blocks at 16 B - 4 KiB
  * alignments (bench/aligned) a third of the calls took it. Each caller tail-calls its own

@@ -600,6 +600,13 @@ void _trove_init(void) TROVE_HIDDEN;
  * are direct tail calls and the fast path saves no register. It gets the superblock whose
  * list ran out (refilled from the owner's frees without another lookup), or the empty one. */
 typedef void *(*trove_slow_alloc_t)(trove_heap_t *h, size_t size, trove_sb_t *sb);
+/* Pop `b`, sb's first free block: malloc's fast path (and the aligned one's). */
+TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
+  sb->free = b->next;
+  sb->slack++;
+  b->tag = 0;
+  return b;
+}
 TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
@@ -608,10 +615,7 @@ TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow) {
   else return slow(h, size, &_trove_sb_empty);
   trove_block_t *b = sb->free;
   if (unlikely(b == NULL)) return slow(h, size, sb);
-  sb->free = b->next;
-  sb->slack++;
-  b->tag = 0;
-  return b;
+  return _trove_sb_pop(sb, b);
 }
 TROVE_INLINE void *_trove_malloc_inline(size_t size) {
   return _trove_alloc_inline(size, _trove_malloc_generic);
@@ -643,13 +647,6 @@ TROVE_INLINE trove_sb_t *_trove_aligned_sb(size_t align, size_t size, size_t *cs
   trove_sb_t *sb = *cs <= TROVE_DIRECT_MAX ? h->direct[(*cs + 15) >> 4] : h->cur[cls];
   if (sb == NULL) __builtin_unreachable();
   return sb;
-}
-/* Pop `b`, sb's first free block (malloc's fast path, for the aligned ones). */
-TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
-  sb->free = b->next;
-  sb->slack++;
-  b->tag = 0;
-  return b;
 }
 
 void _trove_free_bad(void *p, trove_sb_t *sb) TROVE_HIDDEN;
