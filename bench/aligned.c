@@ -11,6 +11,10 @@
  *
  *   aligned       alignments 16 B - 4 KiB, sizes up to 16 KiB (the common case)
  *   aligned-huge  (--huge) alignment 2 MiB, sizes up to 100 KB (huge-page-aligned buffers)
+ *   bufswap       (--plain --min-size 4096 --max-size 262144) plain malloc of 4-256 KiB: a
+ *                 server's buffers of varied sizes, replaced at random. Where an allocator
+ *                 keeps few blocks of these sizes per unit of its own bookkeeping (a page run
+ *                 or a short superblock each) every replacement takes its slow paths.
  *
  * Result: time (s), throughput (replacements per second, all threads) and peak_rss.
  */
@@ -18,7 +22,8 @@
 
 static struct {
   long ops_per_thread, slots;
-  size_t max_size;
+  size_t min_size, max_size;
+  bool plain;
   int lg_min, lg_max;
   uint64_t seed;
   pthread_barrier_t start;
@@ -32,9 +37,14 @@ typedef struct {
 
 static void *aligned_block(bu_rng *rng) {
   size_t align = (size_t)1 << (G.lg_min + (int)bu_rand_below(rng, (uint64_t)(G.lg_max - G.lg_min + 1)));
-  size_t size = (size_t)bu_rand_range(rng, 16, G.max_size);
+  size_t size = (size_t)bu_rand_range(rng, G.min_size, G.max_size);
   void *p = NULL;
-  if (posix_memalign(&p, align, size) != 0 || p == NULL) bu_oom(size);
+  if (G.plain) {
+    if ((p = malloc(size)) == NULL) bu_oom(size);
+    align = 16;
+  } else if (posix_memalign(&p, align, size) != 0 || p == NULL) {
+    bu_oom(size);
+  }
   if ((uintptr_t)p % align != 0) {
     fprintf(stderr, "aligned: posix_memalign(%zu, %zu) = %p is misaligned\n", align, size, p);
     exit(4);
@@ -62,12 +72,14 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   bu_common c = bu_common_defaults(1);
-  long ops = -1, slots = 256, max_size = -1, align_min = -1, align_max = -1;
-  bool huge = false;
+  long ops = -1, slots = 256, min_size = 16, max_size = -1, align_min = -1, align_max = -1;
+  bool huge = false, plain = false;
   const bu_opt opts[] = {
       {"huge", BU_OPT_FLAG, &huge, "aligned-huge: 2 MiB alignment, sizes up to 100 KB"},
+      {"plain", BU_OPT_FLAG, &plain, "bufswap: malloc, no alignment asked (result name bufswap)"},
       {"ops", BU_OPT_LONG, &ops, "replacements over all threads (400k; huge 40k; smoke 2000)"},
       {"slots", BU_OPT_LONG, &slots, "blocks each thread keeps (256)"},
+      {"min-size", BU_OPT_LONG, &min_size, "smallest block in bytes (16)"},
       {"max-size", BU_OPT_LONG, &max_size, "largest block in bytes (16384; huge 102400)"},
       {"align-min", BU_OPT_LONG, &align_min, "smallest alignment, a power of two (16; huge 2 MiB)"},
       {"align-max", BU_OPT_LONG, &align_max, "largest alignment, a power of two (4096; huge 2 MiB)"},
@@ -81,13 +93,16 @@ int main(int argc, char **argv) {
   if (align_min < 0) align_min = huge ? 2 << 20 : 16;
   if (align_max < 0) align_max = huge ? 2 << 20 : 4096;
   if (c.smoke && slots > 32) slots = 32;
-  if (ops < 1 || slots < 1 || max_size < 16 || align_min < 16 || align_max < align_min ||
+  if (ops < 1 || slots < 1 || min_size < 1 || max_size < min_size || align_min < 16 ||
+      align_max < align_min ||
       (align_min & (align_min - 1)) || (align_max & (align_max - 1)) || align_max > (1L << 30))
     bu_die("bad parameters");
   const int t = c.threads;
   G.ops_per_thread = ops / t > 0 ? ops / t : 1;
   G.slots = slots;
+  G.min_size = (size_t)min_size;
   G.max_size = (size_t)max_size;
+  G.plain = plain;
   G.lg_min = __builtin_ctzl((unsigned long)align_min);
   G.lg_max = __builtin_ctzl((unsigned long)align_max);
   G.seed = c.seed;
@@ -100,7 +115,7 @@ int main(int argc, char **argv) {
   }
   bu_run_workers(t, worker, ws, sizeof ws[0], &G.start);
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
-  const char *name = huge ? "aligned-huge" : "aligned";
+  const char *name = plain ? "bufswap" : huge ? "aligned-huge" : "aligned";
   bu_result(name, t, "time", secs, "s");
   bu_result(name, t, "throughput", (double)G.ops_per_thread * t / secs, "ops/s");
   bu_result_peak_rss(name, t);
