@@ -46,7 +46,8 @@ static void *aligned_block(bu_rng *rng) {
     bu_oom(size);
   }
   if ((uintptr_t)p % align != 0) {
-    fprintf(stderr, "aligned: posix_memalign(%zu, %zu) = %p is misaligned\n", align, size, p);
+    fprintf(stderr, "aligned: %s(%zu, %zu) = %p is misaligned\n",
+            G.plain ? "malloc (16-byte alignment)" : "posix_memalign", align, size, p);
     exit(4);
   }
   bu_stamp_pages(p, size);
