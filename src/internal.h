@@ -332,12 +332,10 @@ typedef struct trove_heap_s {
    * side by side: each step of a chain is a load that misses (the freeing core wrote the
    * block), and independent chains keep that many misses in flight instead of one.
    * `remote_pending` (same line) is set by a push that finds it clear and cleared by the owner
-   * before it takes the lanes, so the owner's check is one load. */
+   * before it takes the lanes, so the owner's check is one load; its second bit says that a
+   * medium run may be queued (heap.c, sweep_idle_queues). */
   _Atomic(trove_block_t *) remote[TROVE_REMOTE_LANES] __attribute__((aligned(TROVE_CACHE_LINE)));
   _Atomic(uint32_t) remote_pending;
-  /* on the same line, which a remote free and the owner's take write anyway: pages of medium
-   * runs queued (heap.c, sweep_idle_queues) */
-  _Atomic uint32_t remote_medium_pages;
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
   /* f-empty owned superblocks ("sparse"): those with a live block on their class's list
    * (lists[c].sparse, and a bit per class in sparse_map), the empty ones of every class here */
@@ -387,9 +385,9 @@ typedef struct trove_heap_s {
   struct trove_heap_s *next_all;           /* every heap ever made (never unmapped) */
   struct trove_heap_s *next_free;          /* heaps of exited threads, for reuse */
 } trove_heap_t;
-_Static_assert(offsetof(trove_heap_t, remote_medium_pages) + 4 <=
+_Static_assert(offsetof(trove_heap_t, remote_pending) + 4 <=
                    offsetof(trove_heap_t, remote) + TROVE_CACHE_LINE,
-               "the remote queue's words share its lanes' line");
+               "the remote queue's flags share its lanes' line");
 
 extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first malloc */
 extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */

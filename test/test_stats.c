@@ -318,6 +318,56 @@ static void medium_cache_idle_thread(void) {
   }
 }
 
+/* Medium runs that another thread frees go back to the thread that allocated them, through
+ * its remote queue; one that stops taking its queue (blocked, say, on its next request) does
+ * not keep them: trove_collect from another thread, and the timed work after 1/8 of the purge
+ * delay, give the runs queued for it to the page heap while it still lives (heap.c,
+ * sweep_idle_queues, which looks only at heaps whose queue is flagged as holding one). */
+static pthread_barrier_t handoff_bar;
+static void *medium_handoff_then_wait(void *arg) {
+  void **q = (void **)arg;
+  for (int i = 0; i < 32; i++) CHECK((q[i] = trove_malloc(medium_size(i))) != NULL);
+  pthread_barrier_wait(&handoff_bar);  /* handed over */
+  pthread_barrier_wait(&handoff_bar);  /* main has freed them and looked */
+  return NULL;
+}
+
+static void medium_queue_idle_owner(void) {
+  for (int round = 0; round < 2; round++) {
+    static void *q[32];
+    trove_collect();
+    trove_stats_get(&st);
+    size_t before = st.medium_bytes;
+    CHECK(pthread_barrier_init(&handoff_bar, NULL, 2) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, medium_handoff_then_wait, q) == 0);
+    pthread_barrier_wait(&handoff_bar);
+    size_t runs = 0;
+    for (int i = 0; i < 32; i++) runs += trove_malloc_usable_size(q[i]);
+    trove_stats_get(&st);
+    CHECK(st.medium_bytes >= before + runs);
+    for (int i = 0; i < 32; i++) trove_free(q[i]);   /* queued for the owner, which waits */
+    trove_stats_get(&st);
+    CHECK(st.medium_bytes >= before + runs);           /* still its until someone takes them */
+    if (round == 0) {
+      trove_collect();
+      trove_stats_get(&st);
+      CHECK(st.medium_bytes <= before);
+    } else if (getenv("TROVE_PURGE_DELAY_MS") == NULL) {
+      struct timespec ts = {0, 200 * 1000 * 1000};     /* past 1/8 of the 250 ms delay, and */
+      nanosleep(&ts, NULL);                            /* past the half delay between rounds */
+      static void *v[4096];                             /* small blocks: slow paths, ticks */
+      for (int i = 0; i < 4096; i++) v[i] = trove_malloc(16 + (size_t)(i % 1024) * 16);
+      for (int i = 0; i < 4096; i++) trove_free(v[i]);
+      trove_stats_get(&st);
+      CHECK(st.medium_bytes <= before);
+    }
+    pthread_barrier_wait(&handoff_bar);
+    CHECK(pthread_join(t, NULL) == 0);
+    pthread_barrier_destroy(&handoff_bar);
+  }
+}
+
 /* A thread that ends gives its medium cache to the page heap (heap.c, _trove_heap_thread_done):
  * kept with its parked heap, the runs waited for whichever thread took that heap next. */
 static void *medium_burst_then_exit(void *arg) {
@@ -674,6 +724,7 @@ int main(int argc, char **argv) {
   medium_cache();
   medium_cache_lean_when_others_fault();
   medium_cache_idle_thread();
+  medium_queue_idle_owner();
   medium_cache_thread_exit();
   medium_cache_batch_after_reuse();
   churn_leaves_store();
