@@ -223,6 +223,21 @@ static void medium_cache(void) {
     CHECK(z == d);                                 /* it was cached, and taken back */
   for (size_t i = 0; i < 100 * 1024; i++) CHECK(z[i] == 0);
   trove_free(z);
+  /* a shorter request takes a cached run at most 1/4 longer than itself (heap.c,
+   * medium_cache_take), and no longer one */
+  trove_collect();
+  void *r = trove_malloc(160 * 1024);
+  double t3 = now_s();
+  trove_free(r);
+  void *s1 = trove_malloc(130 * 1024);             /* 160 <= 130 + 32.5: the cached run */
+  size_t us1 = trove_malloc_usable_size(s1);
+  CHECK(us1 >= 130 * 1024 && us1 <= 130 * 1024 + 130 * 1024 / 4);
+  bool took = now_s() - t3 < 0.015 && getenv("TROVE_PURGE_DELAY_MS") == NULL;
+  if (took) CHECK(s1 == r);
+  trove_free(s1);
+  void *s2 = trove_malloc(120 * 1024);             /* 160 > 120 + 30: a run of its own */
+  CHECK(s2 != r && trove_malloc_usable_size(s2) <= 120 * 1024 + 120 * 1024 / 8);
+  trove_free(s2);
   /* the age limit: 1/8 of the purge delay (250 ms by default) */
   const char *env = getenv("TROVE_PURGE_DELAY_MS");
   if (env == NULL) {
