@@ -1111,7 +1111,7 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
        * only when the owner has cleared it, not a count of the pages queued: one atomic
        * read-modify-write less for the freeing thread, and one for the owner per run. One
        * consumer freeing the 64-256 KiB buffers of 7 / 15 producers (handoff-medium) on 16
-       * CPUs: 0.0609 -> 0.0524 s / 0.0550 -> 0.0465 s (mimalloc 0.0462 / 0.0389); one pair
+       * CPUs: 0.0609 -> 0.0544 s / 0.0550 -> 0.0470 s (mimalloc 0.0462 / 0.0389); one pair
        * on 2 cores 0.076 -> 0.069 s. */
       push_remote(owner, b, REMOTE_PENDING | REMOTE_MEDIUM);
       return;
