@@ -234,9 +234,12 @@ static void medium_cache(void) {
   CHECK(us1 >= 130 * 1024 && us1 <= 130 * 1024 + 130 * 1024 / 4);
   bool took = now_s() - t3 < 0.015 && getenv("TROVE_PURGE_DELAY_MS") == NULL;
   if (took) CHECK(s1 == r);
+  double t4 = now_s();
   trove_free(s1);
   void *s2 = trove_malloc(120 * 1024);             /* 160 > 120 + 30: a run of its own */
-  CHECK(s2 != r && trove_malloc_usable_size(s2) <= 120 * 1024 + 120 * 1024 / 8);
+  CHECK(trove_malloc_usable_size(s2) <= 120 * 1024 + 120 * 1024 / 8);
+  /* (unless the cached run aged out meanwhile, and the page heap handed its pages out) */
+  if (took && now_s() - t4 < 0.015) CHECK(s2 != r);
   trove_free(s2);
   /* the age limit: 1/8 of the purge delay (250 ms by default) */
   const char *env = getenv("TROVE_PURGE_DELAY_MS");
