@@ -679,8 +679,10 @@ TROVE_INLINE size_t _trove_usable_size_inline(const void *p) {
  * the class takes it first while it is still in cache; a block of another heap's superblock
  * (or a medium run) takes _trove_free_other. realloc calls it directly after a move.
  * Since a thread that mallocs and frees in turn may then never run out of free blocks, every
- * TROVE_BEAT-th local free runs what its slow paths would (_trove_heap_beat). */
-#define TROVE_BEAT 4096
+ * TROVE_BEAT-th local free runs what its slow paths would (_trove_heap_beat). The period is
+ * also how late such a thread gives a freed burst back once its calls slow down: 4,096 frees
+ * were 4 s at 1,000 a second (docs/DESIGN.md, "The fast paths"). */
+#define TROVE_BEAT 512
 void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
 TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
   b->tag = _trove_tag(b);
