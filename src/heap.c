@@ -139,6 +139,13 @@ static int32_t full_trigger(const trove_sb_t *sb) {
   return (int32_t)(cap + 1 - want);
 }
 
+/* An exhausted current superblock goes on its class's full list until 1/8 of it is free. */
+TROVE_INLINE void retire_full(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
+  sb->state = TROVE_SB_FULL;
+  _trove_sb_set_trigger(sb, full_trigger(sb));
+  list_push(&h->lists[cls].full, sb);
+}
+
 /* ------------------------------------------------------------------ current superblocks */
 /* Coarse mode. With more than 8 live threads per CPU (a thread per connection), what each
  * thread's own superblocks cost decides the peak RSS, not the live data: such a thread holds
@@ -1947,9 +1954,7 @@ static void *heap_alloc_small(trove_heap_t *h, size_t cls, bool share) {
   for (;;) {
     if (sb->free || (sb != &_trove_sb_empty && sb_refill(sb))) break;
     if (sb != &_trove_sb_empty) {         /* exhausted: it waits on the full list */
-      sb->state = TROVE_SB_FULL;
-      _trove_sb_set_trigger(sb, full_trigger(sb));
-      list_push(&h->lists[cls].full, sb);
+      retire_full(h, cls, sb);
       /* its direct[] slots too (see direct_of): a shared heap may serve this malloc and
        * leave the class without a current superblock of its own */
       set_current(h, cls, &_trove_sb_empty);
@@ -2021,9 +2026,7 @@ static TROVE_NOINLINE void *switch_own(trove_heap_t *h, size_t size, trove_sb_t 
       (h->nempty_cls[cls] == 0 || h->coarse || shared_class(h, cls)))
     return malloc_slow(h, size);
   trove_sb_t *next = take_own(h, cls);
-  sb->state = TROVE_SB_FULL;
-  _trove_sb_set_trigger(sb, full_trigger(sb));
-  list_push(&h->lists[cls].full, sb);
+  retire_full(h, cls, sb);
   set_current(h, cls, next);
   /* never fails (a sparse or empty one has fewer live blocks than it holds); if it did,
    * malloc_slow would find the class's current superblock exhausted as usual */
@@ -2072,9 +2075,7 @@ void *_trove_malloc_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) {
     if (sb->carved < sb->capacity * sb->bsize) return _trove_sb_carve_one(sb);
     if ((next = h->lists[sb->cls].partial) != NULL && next->free != NULL) {
       size_t cls = sb->cls;
-      sb->state = TROVE_SB_FULL;
-      _trove_sb_set_trigger(sb, full_trigger(sb));
-      list_push(&h->lists[cls].full, sb);
+      retire_full(h, cls, sb);
       partial_unlink(&h->lists[cls], next);
       set_current(h, cls, next);
       b = next->free;
