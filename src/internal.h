@@ -166,6 +166,7 @@ typedef struct trove_segment_s {
   uint64_t empty_since;                      /* in the empty-segment cache since (ms), 0 if not */
   uint32_t arena;                            /* the page heap arena it belongs to */
   uint32_t slot;                             /* its place in that arena (page_heap.c, slots) */
+  _Atomic uint32_t huge;                     /* marked for huge pages, not purged since (segment.c) */
   /* page_heap.c's bins: this segment's free runs of each bin's length, by page */
   struct trove_sb_s *bin_runs[TROVE_PAGE_BINS];
   /* page -> byte offset in sb[] of its run's descriptor (slot * 128 fits 16 bits) */
@@ -484,7 +485,9 @@ extern trove_heap_t *_trove_heaps_all;
 /* ---------------------------------------------------------------- segments and page heap */
 trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* arena lock held */
 void _trove_segment_unreserve(void) TROVE_HIDDEN;  /* out of memory: unmap what is mapped ahead */
-void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
+void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;
+/* Give a free run's pages back to the OS (page_heap.c's purges); see segment.c, huge pages. */
+void _trove_segment_purge(trove_segment_t *seg, void *p, size_t size) TROVE_HIDDEN;     /* off every list; no lock */
 void _trove_pages_init(void) TROVE_HIDDEN;
 size_t _trove_pages_narenas(void) TROVE_HIDDEN;
 uint64_t _trove_pages_fresh(void) TROVE_HIDDEN;
@@ -549,6 +552,7 @@ void _trove_os_unreserve(void *p, size_t size) TROVE_HIDDEN;
 void _trove_os_count_mapped(ptrdiff_t delta) TROVE_HIDDEN;
 /* unmap `size` bytes, `counted` of them held: a purge of `resident` */
 void _trove_os_release(void *p, size_t size, size_t counted, size_t resident) TROVE_HIDDEN;
+void _trove_os_hugepage(void *p, size_t size, bool on) TROVE_HIDDEN;
 bool _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents (then 0) */
 void _trove_os_touch(void *p, size_t size) TROVE_HIDDEN;         /* write-fault zero pages */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
@@ -574,7 +578,7 @@ extern _Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;
 typedef enum {
   TROVE_OPT_PURGE_DELAY_MS, TROVE_OPT_BLOWUP_K, TROVE_OPT_BLOWUP_F_PCT, TROVE_OPT_SHOW_STATS,
   TROVE_OPT_VERBOSE, TROVE_OPT_ON_MISUSE, TROVE_OPT_DIRTY_MAX_MB, TROVE_OPT_LARGE_CACHE_MB,
-  TROVE_OPT_ARENAS, TROVE_OPT_SHARED_THREADS, TROVE_OPT_COUNT
+  TROVE_OPT_ARENAS, TROVE_OPT_SHARED_THREADS, TROVE_OPT_THP, TROVE_OPT_COUNT
 } trove_option_t;
 enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
 extern long _trove_options[TROVE_OPT_COUNT];

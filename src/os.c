@@ -91,6 +91,18 @@ void _trove_os_release(void *p, size_t size, size_t counted, size_t resident) {
   atomic_fetch_add_explicit(&_trove_os_purged_total, resident, memory_order_relaxed);
 }
 
+/* Ask for transparent huge pages in [p, p + size), or no longer (segment.c says when). A hint:
+ * a kernel without them, or with them off, ignores it (or fails it, which changes nothing). */
+void _trove_os_hugepage(void *p, size_t size, bool on) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  int saved = errno;
+  (void)madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  errno = saved;
+#else
+  (void)p, (void)size, (void)on;
+#endif
+}
+
 bool _trove_os_purge(void *p, size_t size) {
   int saved = errno;
   bool ok = madvise(p, size, MADV_DONTNEED) == 0;

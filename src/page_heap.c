@@ -682,7 +682,8 @@ static void insert_free(arena_t *a, trove_segment_t *seg, trove_sb_t *run, bool 
 
 static void purge_finish(arena_t *a, trove_sb_t *list) {
   if (list == NULL) return;
-  for (trove_sb_t *r = list; r; r = r->next) _trove_os_purge((void *)run_addr(r), r->span_bytes);
+  for (trove_sb_t *r = list; r; r = r->next)
+    _trove_segment_purge(seg_of(r), (void *)run_addr(r), r->span_bytes);
   _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   for (trove_sb_t *r = list, *next; r; r = next) {
     next = r->next;
@@ -844,7 +845,7 @@ void _trove_pages_free_clock(trove_sb_t *run, uint64_t at, uint64_t clock) {
      * of madvise for a 32 MiB burst, 1.47 GB for 570 MiB). */
     run->kind = TROVE_SPAN_PURGING;
     pthread_mutex_unlock(arena_mutex(a));
-    _trove_os_purge((void *)run_addr(run), run->span_bytes);
+    _trove_segment_purge(seg, (void *)run_addr(run), run->span_bytes);
     _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   }
   insert_free(a, seg, run, !self, now);

@@ -51,13 +51,15 @@ p = run()
 check("defaults run", p.returncode == 0 and p.stderr == "", p.stderr)
 defaults = {"TROVE_PURGE_DELAY_MS": 250, "TROVE_BLOWUP_K": 24, "TROVE_BLOWUP_F": 50,
             "TROVE_SHOW_STATS": 0, "TROVE_VERBOSE": 0, "TROVE_ON_MISUSE": 0,
-            "TROVE_DIRTY_MAX_MB": 8, "TROVE_LARGE_CACHE_MB": 64, "TROVE_SHARED_THREADS": 0}
+            "TROVE_DIRTY_MAX_MB": 8, "TROVE_LARGE_CACHE_MB": 64, "TROVE_SHARED_THREADS": 0,
+            "TROVE_THP": 0}
 for name, d in defaults.items():
     check("default " + name, option_in_force(p.stdout, name) == d)
 good = {"TROVE_PURGE_DELAY_MS": ("1000", 1000), "TROVE_BLOWUP_K": ("3", 3),
         "TROVE_BLOWUP_F": ("0.25", 25), "TROVE_VERBOSE": ("2", 2),
         "TROVE_ON_MISUSE": ("warn", 1), "TROVE_DIRTY_MAX_MB": ("1k", 1024),
-        "TROVE_LARGE_CACHE_MB": ("0", 0), "TROVE_SHARED_THREADS": ("200", 200)}
+        "TROVE_LARGE_CACHE_MB": ("0", 0), "TROVE_SHARED_THREADS": ("200", 200),
+        "TROVE_THP": ("1", 1)}
 for name, (text, v) in good.items():
     p = run(**{name: text})
     check("parse %s=%s" % (name, text), option_in_force(p.stdout, name) == v, p.stdout[-300:])
@@ -67,7 +69,8 @@ check("parse TROVE_BLOWUP_F=75%", option_in_force(p.stdout, "TROVE_BLOWUP_F") ==
 # --- bad values and unknown names: one warning, the default, and the program goes on
 bad = {"TROVE_PURGE_DELAY_MS": "soon", "TROVE_BLOWUP_K": "-1", "TROVE_BLOWUP_F": "2",
        "TROVE_SHOW_STATS": "maybe", "TROVE_VERBOSE": "9", "TROVE_ON_MISUSE": "explode",
-       "TROVE_DIRTY_MAX_MB": "12q", "TROVE_LARGE_CACHE_MB": "", "TROVE_SHARED_THREADS": "-3"}
+       "TROVE_DIRTY_MAX_MB": "12q", "TROVE_LARGE_CACHE_MB": "", "TROVE_SHARED_THREADS": "-3",
+       "TROVE_THP": "3"}
 for name, text in bad.items():
     p = run(**{name: text})
     warnings = [l for l in p.stderr.splitlines() if "warning" in l]
@@ -259,6 +262,28 @@ p = run("shared", TROVE_SHARED_THREADS=1000000)
 check("SHARED_THREADS=1000000: every thread keeps its own superblocks",
       p.returncode == 0 and value(p.stdout, "superblocks") >= value(p.stdout, "threads"),
       p.stdout[:300])
+# --- TROVE_THP: which segments ask for transparent huge pages (the kernel's flag on their
+# mappings, VmFlags "hg"; whether it has huge pages to give is its own affair), and a segment's
+# first purge takes the request back ("nh"), so that khugepaged does not fault purged pages in.
+if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
+    p = run("thp 64", TROVE_THP=1)
+    check("THP=1: the first 32 MiB in small pages, later segments ask for huge pages",
+          p.returncode == 0 and value(p.stdout, "thp_first_hg") == 0 and
+          value(p.stdout, "thp_last_hg") == 1, p.stdout[:300])
+    check("THP=1: a purge takes the request back",
+          value(p.stdout, "thp_purges") > 0 and value(p.stdout, "thp_last_hg_after") == 0 and
+          value(p.stdout, "thp_last_nh_after") == 1, p.stdout[:300])
+    p = run("thp 16", TROVE_THP=1)
+    check("THP=1: a 16 MiB program keeps small pages",
+          p.returncode == 0 and value(p.stdout, "thp_last_hg") == 0, p.stdout[:300])
+    p = run("thp 16", TROVE_THP=2)
+    check("THP=2: every segment asks", p.returncode == 0 and value(p.stdout, "thp_first_hg") == 1
+          and value(p.stdout, "thp_last_hg") == 1, p.stdout[:300])
+    p = run("thp 64")
+    check("THP=0 (the default): no segment asks", p.returncode == 0 and value(p.stdout, "thp_last_hg") == 0
+          and value(p.stdout, "thp_last_nh_after") == 0, p.stdout[:300])
+else:
+    print("skip TROVE_THP checks: this kernel has no transparent huge pages")
 p = run(TROVE_SHOW_STATS=1)
 check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])
 p = run(TROVE_VERBOSE=1)

@@ -179,6 +179,30 @@ static void *other_thread(void *arg) {
   return NULL;
 }
 
+/* Whether the mapping that holds `p` has `flag` among its VmFlags in /proc/self/smaps ("hg":
+ * MADV_HUGEPAGE, "nh": MADV_NOHUGEPAGE); -1 if no mapping holds it or the file cannot say. */
+static int vm_flag(const void *p, const char *flag) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (f == NULL) return -1;
+  char line[512];
+  int in = 0, found = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      found = 0;
+      for (char *t = strtok(line + 8, " \n"); t; t = strtok(NULL, " \n"))
+        if (strcmp(t, flag) == 0) found = 1;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   trove_stats_t st;
@@ -563,6 +587,20 @@ int main(int argc, char **argv) {
     printf("large_live_kib=%zu\nlarge_requested_kib=%zu\nlarge_bad=%zu\n",
            st.large_bytes >> 10, (N * small) >> 10, bad);
     for (int i = 0; i < N; i++) trove_free(b[i]);
+  } else if (strcmp(mode, "thp") == 0) {
+    /* argv[2] MiB of 1000-byte blocks; then all but one in 64 freed and the pages purged */
+    size_t n = ((size_t)(argc > 2 ? atol(argv[2]) : 64) << 20) / 1000;
+    void **b = malloc(n * sizeof *b);
+    for (size_t i = 0; i < n; i++) b[i] = trove_malloc(1000);
+    printf("thp_first_hg=%d\nthp_last_hg=%d\n", vm_flag(b[0], "hg"), vm_flag(b[n - 1], "hg"));
+    for (size_t i = 0; i < n; i++)
+      if (i % 64) trove_free(b[i]);
+    trove_collect();
+    trove_stats_get(&st);
+    printf("thp_purges=%zu\nthp_last_hg_after=%d\nthp_last_nh_after=%d\n", st.purges,
+           vm_flag(b[n - 1], "hg"), vm_flag(b[n - 1], "nh"));
+    for (size_t i = 0; i < n; i += 64) trove_free(b[i]);
+    free(b);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
