@@ -485,9 +485,9 @@ extern trove_heap_t *_trove_heaps_all;
 /* ---------------------------------------------------------------- segments and page heap */
 trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* arena lock held */
 void _trove_segment_unreserve(void) TROVE_HIDDEN;  /* out of memory: unmap what is mapped ahead */
-void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;
+void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
 /* Give a free run's pages back to the OS (page_heap.c's purges); see segment.c, huge pages. */
-void _trove_segment_purge(trove_segment_t *seg, void *p, size_t size) TROVE_HIDDEN;     /* off every list; no lock */
+void _trove_segment_purge(trove_segment_t *seg, void *p, size_t size) TROVE_HIDDEN;
 void _trove_pages_init(void) TROVE_HIDDEN;
 size_t _trove_pages_narenas(void) TROVE_HIDDEN;
 uint64_t _trove_pages_fresh(void) TROVE_HIDDEN;
