@@ -247,7 +247,7 @@ static void *aligned_refill(size_t align, size_t size) {
   size_t cs = 0;
   trove_sb_t *sb = _trove_aligned_sb(align, size, &cs);   /* again: the fast path keeps less */
   _trove_exact_class = true;
-  void *p = _trove_malloc_generic(_trove_tls_heap, cs, sb);
+  void *p = _trove_malloc_generic(cs, _trove_tls_heap, sb);
   _trove_exact_class = false;
   return p;
 }

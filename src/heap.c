@@ -2057,7 +2057,7 @@ static TROVE_NOINLINE void *switch_own(trove_heap_t *h, size_t size, trove_sb_t 
  * them, so they are reused before more of a superblock is carved; every 32nd time it runs
  * anyway, so timed work is never starved. (This does not help a thread that is blocked while
  * others free into it: see blowup-rr in docs/BENCHMARKS.md.) */
-void *_trove_malloc_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) {
+void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) {
   trove_block_t *b = sb->local_free;
   trove_sb_t *next;
   if (likely(b != NULL)) {

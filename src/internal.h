@@ -271,6 +271,11 @@ extern uint16_t _trove_class_starter[TROVE_CLASSES];   /* the same, crowded (hea
 extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+15)>>4 -> class */
 /* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
 extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
+/* (size+15)>>4 -> the heap's slot for size <= SMALL_MAX: the direct[] slot up to DIRECT_MAX,
+ * TROVE_DIRECT_SLOTS + class above (heap.slots[]) */
+#define TROVE_SIZE_SLOTS ((TROVE_SMALL_MAX >> 4) + 1)
+extern uint8_t  _trove_size_slot[TROVE_SIZE_SLOTS];
+_Static_assert(TROVE_DIRECT_SLOTS + TROVE_CLASSES <= 256, "a slot fits a byte");
 /* the direct[] slots of a class: lo..hi (lo > hi for the classes above DIRECT_MAX) */
 extern uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
 /* Coarse classes, for threads that crowd the CPUs (heap.c, coarse mode): up to
@@ -326,8 +331,16 @@ typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
 
 typedef struct trove_heap_s {
   uint32_t beat;                           /* local frees until the next _trove_heap_beat */
-  trove_sb_t *direct[TROVE_DIRECT_SLOTS];  /* size (<=1 KiB) -> current superblock */
-  trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
+  union {
+    /* malloc's view: _trove_size_slot[(size + 15) >> 4] indexes this for every small size,
+     * direct[] below 1 KiB and cur[] above, with no branch between the two (see
+     * _trove_alloc_inline) */
+    trove_sb_t *slots[TROVE_DIRECT_SLOTS + TROVE_CLASSES];
+    struct {
+      trove_sb_t *direct[TROVE_DIRECT_SLOTS];  /* size (<=1 KiB) -> current superblock */
+      trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
+    };
+  };
   /* blocks freed by other threads, pushed lock-free, taken whole by the owner. A freeing
    * thread spreads its pushes over the lanes in turn, so that the owner walks several chains
    * side by side: each step of a chain is a load that misses (the freeing core wrote the
@@ -404,7 +417,7 @@ static inline bool _trove_heap_live(const trove_heap_t *h) {
   return h->alive && (h->shared || h->fork_gen == _trove_fork_gen);
 }
 
-void *_trove_malloc_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) TROVE_HIDDEN;
+void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;
 void _trove_free_other(trove_block_t *b, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_unmapped(void *p) TROVE_HIDDEN;
@@ -599,9 +612,17 @@ void _trove_init(void) TROVE_HIDDEN;
 /* malloc: pop the current superblock's free list. Everything else (first call of a thread,
  * an empty list, medium and large sizes) is `slow` (_trove_malloc_generic, or for operator
  * new a function that also handles running out of memory): a constant, so the calls to it
- * are direct tail calls and the fast path saves no register. It gets the superblock whose
- * list ran out (refilled from the owner's frees without another lookup), or the empty one. */
-typedef void *(*trove_slow_alloc_t)(trove_heap_t *h, size_t size, trove_sb_t *sb);
+ * are direct tail calls and the fast path saves no register (the size first: it arrives in
+ * that register). It gets the superblock whose list ran out (refilled from the owner's frees
+ * without another lookup), or the empty one.
+ * Every small size finds its superblock through one table, _trove_size_slot, with no branch
+ * on the size below 64 KiB. A test `size <= 1 KiB` (direct[] below, a class table above) is
+ * two instructions less, but a program whose sizes straddle 1 KiB at random mispredicts it
+ * on a third to a half of its mallocs: glibc's bench-malloc-thread shape (1/size from 4 B to
+ * 32 KiB) took 1.90M mispredictions per 2M pairs, 1.21M of them in malloc (cachegrind); the
+ * table took such programs 5-11% faster (docs/BENCHMARKS.md, thirty-first session) and
+ * ping-pong from 50.4 to 52.5 instructions a pair, level in time. */
+typedef void *(*trove_slow_alloc_t)(size_t size, trove_heap_t *h, trove_sb_t *sb);
 /* Pop `b`, sb's first free block: malloc's fast path (and the aligned one's). */
 TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
   sb->free = b->next;
@@ -612,11 +633,10 @@ TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
 TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
-  if (likely(size <= TROVE_DIRECT_MAX)) sb = h->direct[(size + 15) >> 4];
-  else if (size <= TROVE_SMALL_MAX) sb = h->cur[_trove_class_mid[(size - 1) >> 7]];
-  else return slow(h, size, &_trove_sb_empty);
+  if (likely(size <= TROVE_SMALL_MAX)) sb = h->slots[_trove_size_slot[(size + 15) >> 4]];
+  else return slow(size, h, &_trove_sb_empty);
   trove_block_t *b = sb->free;
-  if (unlikely(b == NULL)) return slow(h, size, sb);
+  if (unlikely(b == NULL)) return slow(size, h, sb);
   return _trove_sb_pop(sb, b);
 }
 TROVE_INLINE void *_trove_malloc_inline(size_t size) {

@@ -43,8 +43,8 @@ API void free_aligned_sized(void *p, size_t align, size_t size) {
  * override_new.cc. */
 _Static_assert(sizeof(size_t) == sizeof(unsigned long), "operator new names assume LP64");
 void *_trove_new_oom(size_t size) TROVE_HIDDEN;
-static TROVE_NOINLINE void *new_generic(trove_heap_t *h, size_t size, trove_sb_t *sb) {
-  void *p = _trove_malloc_generic(h, size, sb);
+static TROVE_NOINLINE void *new_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) {
+  void *p = _trove_malloc_generic(size, h, sb);
   return likely(p != NULL) ? p : _trove_new_oom(size);
 }
 API HOT void *_Znwm(size_t size) { return _trove_alloc_inline(size, new_generic); }

@@ -8,6 +8,7 @@ uint16_t _trove_class_pages[TROVE_CLASSES];
 uint16_t _trove_class_starter[TROVE_CLASSES];
 uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS];
 uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
+uint8_t  _trove_size_slot[TROVE_SIZE_SLOTS];
 uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_CLASSES];
 uint8_t  _trove_class_coarse[TROVE_CLASSES], _trove_class_group_lo[TROVE_CLASSES];
 uint8_t  _trove_class_aligned[TROVE_ALIGN_ROWS][TROVE_CLASSES];
@@ -70,6 +71,11 @@ void _trove_size_classes_init(void) {
     _trove_class_mid[i] = (uint8_t)_trove_size_class((i + 1) << 7);
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++)
     _trove_class_direct[i] = (uint8_t)_trove_size_class(i == 0 ? 1 : i * 16);
+  /* above DIRECT_MAX every class size is a multiple of 128, so the sizes of a 16-byte step
+   * (16(i-1), 16i] share the class of 16i */
+  for (size_t i = 0; i < TROVE_SIZE_SLOTS; i++)
+    _trove_size_slot[i] = (uint8_t)(i < TROVE_DIRECT_SLOTS ? i : TROVE_DIRECT_SLOTS +
+                                                                    _trove_size_class(i * 16));
   for (size_t c = 1; c < TROVE_CLASSES; c++) {        /* lo > hi: no slot */
     _trove_class_slot_lo[c] = UINT8_MAX;
     _trove_class_slot_hi[c] = 0;
