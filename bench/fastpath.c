@@ -8,6 +8,11 @@
  *     (8 B - 1 KiB, log-uniform); each operation frees a random one and allocates a new one
  *     of random size in its place. The same fast paths, but with the free lists in random
  *     order and blocks spread over many pages (locality).
+ *   workset-wide (--workset --wide): the same with 1,024 live blocks of 8 B - 32 KiB a thread,
+ *     the shape of glibc's benchtests/bench-malloc-thread (sizes drawn about as 1/size, a
+ *     fixed array per thread, each step frees a random slot and fills it again). Its sizes
+ *     straddle 1 KiB at random, and a third of its blocks lie in classes whose superblocks
+ *     hold 2-8 blocks; the suite runs it at every thread count.
  *
  * With -t N, N threads each do the same work independently (N/t operations each); the
  * benchmark suite runs it with one thread. Result: throughput (pairs per second) and time (s).
@@ -18,7 +23,7 @@ static const size_t pp_sizes[16] = {16, 32, 48, 64, 80, 96, 112, 128, 24, 40, 56
 
 static struct {
   bool workset;
-  long ops_per_thread, wsize;
+  long ops_per_thread, wsize, max_size;
   uint64_t seed;
   pthread_barrier_t start;
 } G;
@@ -28,6 +33,18 @@ typedef struct {
   int index;
   void **a;
 } BU_ALIGNED worker_t;
+
+/* A byte per 64-byte line, as the other programs write, up to 1 KiB; above, a byte per 4 KiB
+ * page (bu_stamp_pages): at a line each, the wide set's 4 MB of cold blocks made it a test of
+ * the memory bus (25 times slower under every allocator). */
+static void *workset_alloc(bu_rng *rng) {
+  size_t size = (size_t)bu_rand_logsize(rng, 8, (uint64_t)G.max_size);
+  void *p = malloc(size);
+  if (BU_UNLIKELY(p == NULL)) bu_oom(size);
+  if (size <= 1024) bu_stamp(p, size);
+  else bu_stamp_pages(p, size);
+  return p;
+}
 
 static void *worker(void *arg) {
   worker_t *w = (worker_t *)arg;
@@ -46,13 +63,13 @@ static void *worker(void *arg) {
   }
   void **a = w->a;
   const uint64_t ws = (uint64_t)G.wsize;
-  for (uint64_t k = 0; k < ws; k++) a[k] = bu_alloc_stamped((size_t)bu_rand_logsize(&rng, 8, 1024));
+  for (uint64_t k = 0; k < ws; k++) a[k] = workset_alloc(&rng);
   pthread_barrier_wait(&G.start);
   w->span.start = bu_now();
   for (long i = 0; i < n; i++) {
     uint64_t k = bu_rand_below(&rng, ws);
     bu_free_checked(a[k]);
-    a[k] = bu_alloc_stamped((size_t)bu_rand_logsize(&rng, 8, 1024));
+    a[k] = workset_alloc(&rng);
   }
   for (uint64_t k = 0; k < ws; k++) bu_free_checked(a[k]);
   w->span.end = bu_now();
@@ -61,27 +78,33 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   bu_common c = bu_common_defaults(1);
-  bool workset = false;
-  long ops = -1, wsize = 10000;
+  bool workset = false, wide = false;
+  long ops = -1, wsize = -1, max_size = -1;
   const bu_opt opts[] = {
       {"workset", BU_OPT_FLAG, &workset, "fastpath-workset: random replacement in a working set"},
-      {"ops", BU_OPT_LONG, &ops, "malloc-free pairs over all threads (pingpong 100M, workset 25M)"},
-      {"working-set", BU_OPT_LONG, &wsize, "workset: live blocks (10000)"},
+      {"ops", BU_OPT_LONG, &ops, "malloc-free pairs over all threads (pingpong 100M, workset 25M, wide 10M)"},
+      {"wide", BU_OPT_FLAG, &wide, "workset-wide: 1,024 blocks of 8 B - 32 KiB (with --workset)"},
+      {"working-set", BU_OPT_LONG, &wsize, "workset: live blocks a thread (10,000; wide 1,024)"},
+      {"max-size", BU_OPT_LONG, &max_size, "workset: largest block in bytes (1,024; wide 32,768)"},
   };
   bu_parse_args(argc, argv,
                 "Single-thread fast paths: malloc/free ping-pong of small sizes, or random\n"
                 "replacement in a working set of random sizes.",
                 &c, opts, (int)(sizeof opts / sizeof opts[0]));
   if (ops < 0) {
-    long n = workset ? (c.smoke ? 500000 : 25000000) : (c.smoke ? 2000000 : 100000000);
+    long n = !workset ? (c.smoke ? 2000000 : 100000000)
+             : wide ? (c.smoke ? 200000 : 10000000) : (c.smoke ? 500000 : 25000000);
     ops = bu_scaled(n, c.scale, 1000);
   }
-  if (ops < 1 || wsize < 1) bu_die("bad parameters");
+  if (wsize < 0) wsize = wide ? 1024 : 10000;
+  if (max_size < 0) max_size = wide ? 32768 : 1024;
+  if (ops < 1 || wsize < 1 || max_size < 8 || (wide && !workset)) bu_die("bad parameters");
   const int t = c.threads;
-  const char *name = workset ? "fastpath-workset" : "fastpath-pingpong";
+  const char *name = !workset ? "fastpath-pingpong" : wide ? "workset-wide" : "fastpath-workset";
   G.workset = workset;
   G.ops_per_thread = ops / t > 0 ? ops / t : 1;
   G.wsize = wsize;
+  G.max_size = max_size;
   G.seed = c.seed;
 
   bu_warm_allocator();
