@@ -27,8 +27,7 @@
 
 trove_sb_t _trove_sb_empty;
 trove_heap_t _trove_heap_empty = {
-    .direct = {[0 ... TROVE_DIRECT_SLOTS - 1] = &_trove_sb_empty},
-    .cur = {[0 ... TROVE_CLASSES - 1] = &_trove_sb_empty},
+    .slots = {[0 ... TROVE_DIRECT_SLOTS + TROVE_CLASSES - 1] = &_trove_sb_empty},
 };
 __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))) =
     &_trove_heap_empty;
