@@ -1,7 +1,7 @@
 /* trove internals: the types of every layer and the inline fast paths.
  *
  *   process ──┬── thread heap (one per thread, no locks)         heap.c
- *             │     direct[] ─► current superblock per size class
+ *             │     slots[] ─► current superblock per size (direct[]) and class (cur[])
  *             │     partial / full lists per class, one sparse list
  *             │     remote queue: blocks freed by other threads (lock-free push)
  *             ├── shared pool of superblocks (released or abandoned)  heap.c
