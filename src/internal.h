@@ -620,8 +620,9 @@ void _trove_init(void) TROVE_HIDDEN;
  * two instructions less, but a program whose sizes straddle 1 KiB at random mispredicts it
  * on a third to a half of its mallocs: glibc's bench-malloc-thread shape (1/size from 4 B to
  * 32 KiB) took 1.90M mispredictions per 2M pairs, 1.21M of them in malloc (cachegrind); the
- * table took such programs 5-11% faster (docs/BENCHMARKS.md, thirty-first session) and
- * ping-pong from 50.4 to 52.5 instructions a pair, level in time. */
+ * table took such programs 3-11% faster (docs/BENCHMARKS.md, thirty-first session), for
+ * two instructions more (ping-pong 50.6 -> 52.7 a pair) and up to 5% on programs of small
+ * blocks only (threadtest's 8 B blocks back to back). */
 typedef void *(*trove_slow_alloc_t)(size_t size, trove_heap_t *h, trove_sb_t *sb);
 /* Pop `b`, sb's first free block: malloc's fast path (and the aligned one's). */
 TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
