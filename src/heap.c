@@ -53,6 +53,7 @@ static void shared_fork_child(void);
 static trove_heap_t *heap_new_locked(void);
 static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b);
 static void drain_remote(trove_heap_t *h);
+static inline void batch_queue(void);
 static bool remote_pending(trove_heap_t *h);
 static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n);
 static trove_block_t *queue_take_all(trove_heap_t *h);
@@ -735,6 +736,7 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
 void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) {
   h->beat = TROVE_BEAT;
   sb->idle_mark = 0;
+  batch_queue();
   drain_remote(h);
   _trove_heap_maybe_purge(h);
 }
@@ -760,19 +762,134 @@ static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b) {
  * no slower with it than with a plain store: 0.161 s against 0.176, 9 runs). */
 #define REMOTE_PENDING 1u                 /* the owner has blocks queued */
 #define REMOTE_MEDIUM 2u                  /* and a medium run among them, perhaps */
-static void push_remote(trove_heap_t *owner, trove_block_t *b, uint32_t flags) {
-  unsigned i = remote_lane;
-  remote_lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
+static void push_chain(trove_heap_t *owner, unsigned i, trove_block_t *first, trove_block_t *last) {
   _Atomic(trove_block_t *) *lane = &owner->remote[i];
   trove_block_t *head = atomic_load_explicit(lane, memory_order_relaxed);
   do {
-    b->next = head;
-  } while (!atomic_compare_exchange_weak_explicit(lane, &head, b, memory_order_seq_cst,
+    last->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(lane, &head, first, memory_order_seq_cst,
                                                   memory_order_relaxed));
+}
+
+/* After the pushes: the flag load follows every one of them (the argument above holds for
+ * each). */
+static void set_pending(trove_heap_t *owner, uint32_t flags) {
   uint32_t was = atomic_load_explicit(&owner->remote_pending, memory_order_seq_cst);
   if ((was & flags) != flags)
     atomic_fetch_or_explicit(&owner->remote_pending, flags, memory_order_release);
 }
+
+static void push_remote(trove_heap_t *owner, trove_block_t *b, uint32_t flags) {
+  unsigned i = remote_lane;
+  remote_lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
+  push_chain(owner, i, b, b);
+  set_pending(owner, flags);
+}
+
+/* Remote frees in batches. A thread holds the small blocks it frees for another heap (one
+ * owner at a time) and queues them together: up to REMOTE_BATCH_BLOCKS, dealt round the lanes
+ * as single pushes are, so each lane takes one chain with one compare-and-swap and the owner
+ * still walks the lanes side by side (drain_remote_queue). A push costs more than its
+ * compare-and-swap: as a locked instruction it waits for the freeing thread's earlier stores,
+ * among them the block's tag and link, whose line the allocating core wrote last; in a batch
+ * those stores overlap. One producer and one consumer of 32-512 B messages (bench/handoff
+ * -t 2) spent 43% of their samples on that instruction (perf). An earlier batch of one chain
+ * in one lane lost as much in the owner's walk, one dependent miss at a time
+ * (docs/BENCHMARKS.md, "Tried and left: batching remote frees").
+ * Bounds: REMOTE_BATCH_BLOCKS blocks of at most REMOTE_BATCH_MAX_SIZE (27 KiB) per thread.
+ * Queued at a change of owner, on the thread's slow mallocs and heartbeat, at trove_collect
+ * and malloc_trim, before a fork and at thread exit: the pthread key's destructor, which a
+ * thread without a heap (one that only frees) gets at its first remote free; after it, the
+ * thread's frees are queued one by one (batch_state). Blocks in a batch stay counted live in
+ * their superblocks, which so cannot be released under them; an owner that exits or hands
+ * its superblocks back meanwhile gets them on its queue as a single push arriving late would
+ * (drain_remote_queue forwards them). */
+#define REMOTE_BATCH_BLOCKS (4 * TROVE_REMOTE_LANES)
+#define REMOTE_BATCH_MAX_SIZE 1024        /* larger blocks are queued one by one */
+typedef struct remote_batch_s {
+  trove_heap_t *owner;                     /* NULL: none held */
+  trove_block_t *head[TROVE_REMOTE_LANES], *tail[TROVE_REMOTE_LANES];
+  uint32_t n, lane;                        /* blocks held; the lane of the next one */
+} remote_batch_t;
+static __thread remote_batch_t batch __attribute__((tls_model("initial-exec")));
+enum { BATCH_UNHOOKED = 0, BATCH_ON, BATCH_EXITED };
+static __thread uint8_t batch_state __attribute__((tls_model("initial-exec")));
+
+/* An owner whose thread has exited meanwhile (parked) may have handed its superblocks back
+ * (heaps_expire), and then no thread may take its queue for a long time: each block goes
+ * where a free would send it now (route_block: the pool, or the heap that owns it). */
+static TROVE_NOINLINE void batch_flush(void) {
+  trove_heap_t *owner = batch.owner;
+  unsigned used = batch.n < TROVE_REMOTE_LANES ? batch.n : TROVE_REMOTE_LANES;
+  bool parked = parked_since(owner) != 0;
+  for (unsigned i = 0; i < used; i++) {
+    if (unlikely(parked)) {
+      for (trove_block_t *b = batch.head[i], *next; b; b = next) {
+        next = b->next;
+        uintptr_t a = (uintptr_t)b;
+        route_block(_trove_sb_of(_trove_segment_of(a), a), b);
+      }
+    } else {
+      push_chain(owner, i, batch.head[i], batch.tail[i]);
+    }
+    batch.head[i] = NULL;
+  }
+  if (!parked) set_pending(owner, REMOTE_PENDING);
+  batch.owner = NULL;
+  batch.n = batch.lane = 0;
+}
+
+static inline void batch_queue(void) {
+  if (batch.owner != NULL) batch_flush();
+}
+
+static TROVE_NOINLINE void batch_add_slow(trove_heap_t *owner, trove_block_t *b);
+/* Only tail calls leave it: inlined into _trove_free_other, it saves no register. */
+static inline void batch_add(trove_heap_t *owner, trove_block_t *b) {
+  unsigned i = batch.lane;
+  trove_block_t *head = batch.head[i];
+  if (unlikely(batch.owner != owner || batch.n == REMOTE_BATCH_BLOCKS - 1)) {
+    batch_add_slow(owner, b);
+    return;
+  }
+  b->next = head;
+  batch.head[i] = b;
+  if (head == NULL) batch.tail[i] = b;
+  batch.lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
+  batch.n++;
+}
+
+/* A new owner, or the batch's last block: the batch is queued when full.
+ * A thread that only frees must still let time-based work happen (pool sweep, purge): a
+ * full batch is 28 frees. */
+static TROVE_NOINLINE void batch_add_slow(trove_heap_t *owner, trove_block_t *b) {
+  if (batch.owner != owner) {
+    batch_queue();
+    batch.owner = owner;
+  }
+  unsigned i = batch.lane;
+  if ((b->next = batch.head[i]) == NULL) batch.tail[i] = b;
+  batch.head[i] = b;
+  batch.lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
+  if (++batch.n == REMOTE_BATCH_BLOCKS) {
+    batch_flush();
+    if ((++remote_ticks & 1) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
+  }
+}
+
+/* A remote free that does not go into the batch: a block above REMOTE_BATCH_MAX_SIZE, the
+ * thread's first (its exit gets hooked: a thread with a heap has the hook already, see
+ * thread_heap_init), or one after the thread's exit began. */
+static TROVE_NOINLINE void remote_free_unbatched(trove_heap_t *owner, trove_block_t *b,
+                                                 uint32_t size) {
+  if (batch_state == BATCH_UNHOOKED &&
+      pthread_setspecific(_trove_thread_key, &_trove_heap_empty) == 0)
+    batch_state = BATCH_ON;
+  if (batch_state == BATCH_ON && size <= REMOTE_BATCH_MAX_SIZE) batch_add(owner, b);
+  else push_remote(owner, b, REMOTE_PENDING);
+}
+
+void _trove_heap_flush_remote(void) { batch_queue(); }
 
 /* A hint: a set may show late; the next check sees it. */
 static inline bool remote_pending(trove_heap_t *h) {
@@ -1101,7 +1218,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
 
 /* A free from a thread that does not own the block's superblock (or of a medium object). The
  * block's tag is already written. */
-void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
+static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
   if (sb->kind == TROVE_SPAN_MEDIUM) {
     /* Back to the thread that allocated it, as a small block goes, where its next medium
      * malloc takes it from its own cache (a thread that allocates buffers and hands them to
@@ -1138,13 +1255,28 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
     else route_block(sb, b);
     return;
   }
-  if (owner != NULL) push_remote(owner, b, REMOTE_PENDING);
-  else if (!(__atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && reclaim_on_free(sb, b))) {
+  if (owner != NULL) {
+    if (likely(batch_state == BATCH_ON && sb->bsize <= REMOTE_BATCH_MAX_SIZE)) batch_add(owner, b);
+    else remote_free_unbatched(owner, b, sb->bsize);
+  } else if (!(__atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && reclaim_on_free(sb, b))) {
     pool_free_block(sb, b);
     freed_into_pool = true;
   }
   /* A thread that only frees must still let time-based work happen (pool sweep, purge). */
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
+}
+
+void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
+  trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
+  /* The common case, with no register saved: a small block of another thread's heap (a
+   * medium run has no owner here), freed by a thread with a heap of its own (which so
+   * inherits none, see below). */
+  if (likely(owner != NULL && sb->bsize <= REMOTE_BATCH_MAX_SIZE && batch_state == BATCH_ON &&
+             _trove_tls_heap != &_trove_heap_empty)) {
+    batch_add(owner, b);
+    return;
+  }
+  free_other_slow(b, sb);
 }
 
 /* The lanes are walked a step each in turn: the next pointers of all of them are loaded
@@ -1308,6 +1440,8 @@ static void heap_abandon(trove_heap_t *h) {
 static void heaps_expire(bool all);
 void _trove_heap_thread_done(void *arg) {
   trove_heap_t *h = arg;
+  batch_queue();                           /* and from now on, no batch (see batch_add) */
+  batch_state = BATCH_EXITED;
   if (h == NULL || h == &_trove_heap_empty) return;
   /* Empty superblocks stay with the parked heap too (at most K sparse ones and one current
    * per class, until heaps_expire hands them back after the delay): a program that ends
@@ -1426,6 +1560,7 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
   if (crowded() != h->coarse) coarse_set(h, !h->coarse);
   _trove_tls_heap = h;
   pthread_setspecific(_trove_thread_key, h);
+  if (batch_state == BATCH_UNHOOKED) batch_state = BATCH_ON;   /* the key's destructor flushes */
   _trove_fork_register();
   return h;
 }
@@ -1516,6 +1651,7 @@ static void sweep_idle_caches(bool all) {
 }
 
 void _trove_heap_collect(trove_heap_t *h, bool force) {
+  batch_queue();
   if (h != &_trove_heap_empty) {
     drain_remote(h);
     if (force) cur_trim(h, 0, true);
@@ -1992,6 +2128,7 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   }
   h->c.slow_mallocs++;
   h->refills = 32;
+  batch_queue();
   drain_remote(h);
   if ((++h->tick & 31) == 0) {
     if (unlikely(crowded() != h->coarse)) coarse_set(h, !h->coarse);  /* and at thread start */

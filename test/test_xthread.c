@@ -16,7 +16,11 @@
  * Phase 3, parked heaps: thread A allocates `batch` blocks and exits; thread B, whose first
  * call frees one of them, must take over A's heap whole (no superblock adopted one by one);
  * then thread C allocates a batch and exits, the main thread frees it, and trove_collect()
- * must hand C's parked heap back so that the blocks stop counting as in use. */
+ * must hand C's parked heap back so that the blocks stop counting as in use.
+ * Phase 4: medium buffers freed by another thread come back to the thread that allocated them.
+ * Phase 5: small blocks freed by another thread (one with a heap of its own, one that only
+ * frees) reach their owner: at most a batch's worth waits in the freeing thread, none after
+ * its trove_collect() or exit. */
 #include "testhelper.h"
 
 #include <pthread.h>
@@ -97,6 +101,42 @@ static void *free_medium_thread(void *arg) {
   T_FREE(own);
   for (size_t i = 0; i < MEDIUM_N; i++) T_FREE(p[i]);
   return NULL;
+}
+
+/* phase 5: a thread with a heap of its own frees main's small blocks in three steps */
+#define BATCH_N 1000
+#define BATCH_SIZE 64
+typedef struct {
+  void **p;
+  int own_heap;                           /* else it only frees */
+  pthread_barrier_t bar;
+} batch_arg_t;
+static void *free_batch_thread(void *arg) {
+  batch_arg_t *a = arg;
+  if (a->own_heap) {
+    void *own = T_MALLOC(BATCH_SIZE);
+    CHECK(own != NULL);
+    T_FREE(own);
+  }
+  for (size_t i = 0; i < BATCH_N - 10; i++) T_FREE(a->p[i]);
+  pthread_barrier_wait(&a->bar);          /* main looks */
+  pthread_barrier_wait(&a->bar);
+  for (size_t i = BATCH_N - 10; i < BATCH_N - 5; i++) T_FREE(a->p[i]);
+  th_collect();
+  pthread_barrier_wait(&a->bar);          /* main looks */
+  pthread_barrier_wait(&a->bar);
+  for (size_t i = BATCH_N - 5; i < BATCH_N; i++) T_FREE(a->p[i]);
+  return NULL;                            /* and exits */
+}
+
+/* live blocks of the class that serves BATCH_SIZE, after main's own queue is taken */
+static size_t batch_class_in_use(void) {
+  trove_stats_t st;
+  th_collect();
+  if (!th_stats(&st)) return 0;
+  for (size_t c = 0; c < TROVE_STATS_CLASSES; c++)
+    if (st.classes[c].block_size == BATCH_SIZE) return st.classes[c].blocks_in_use;
+  return 0;
 }
 
 /* phase 1: free the predecessor's batch, leave one for the successor */
@@ -310,6 +350,41 @@ int main(int argc, char **argv) {
     CHECKF(st.in_use <= in_use0 + 3 * TH_MIB, "%zu KiB of buffers another thread freed wait "
            "for their allocator's next malloc after a collect elsewhere",
            (st.in_use - in_use0) / 1024);
+  }
+
+  /* ---- phase 5: small blocks freed by another thread, with a heap of its own and without
+   * (which holds them in a batch before it queues them to their owner, heap.c): at most a
+   * batch's worth waits there, and none once that thread has called trove_collect() or
+   * exited ---- */
+  for (int own_heap = 1; own_heap >= 0; own_heap--) {
+    static void *p[BATCH_N];
+    batch_arg_t arg = {.p = p, .own_heap = own_heap};
+    CHECK(pthread_barrier_init(&arg.bar, NULL, 2) == 0);
+    size_t base = batch_class_in_use();
+    for (size_t i = 0; i < BATCH_N; i++) CHECK((p[i] = T_MALLOC(BATCH_SIZE)) != NULL);
+    pthread_t f;
+    CHECK(pthread_create(&f, NULL, free_batch_thread, &arg) == 0);
+    pthread_barrier_wait(&arg.bar);
+    size_t held = batch_class_in_use() - base;         /* 10 live, the rest freed */
+    pthread_barrier_wait(&arg.bar);
+    pthread_barrier_wait(&arg.bar);
+    size_t after_collect = batch_class_in_use() - base; /* 5 live */
+    pthread_barrier_wait(&arg.bar);
+    CHECK(pthread_join(f, NULL) == 0);
+    size_t after_exit = batch_class_in_use() - base;    /* none */
+    printf("%d blocks of %d B freed by another thread (%s): %zu counted live before it queued "
+           "its batch (10 are), %zu after its trove_collect (5 are), %zu after it exited\n",
+           BATCH_N, BATCH_SIZE, own_heap ? "with a heap" : "that only frees", held,
+           after_collect, after_exit);
+    if (base != 0 || held != 0) {                        /* 0 and 0: trove is not loaded */
+      CHECKF(held >= 10 && held <= 10 + 64, "%zu blocks another thread freed still wait for "
+             "their owner (at most a batch may)", held - 10);
+      CHECKF(after_collect == 5, "%zu blocks counted live after the freeing thread's "
+             "trove_collect(), 5 are", after_collect);
+      CHECKF(after_exit == 0, "%zu blocks freed by a thread that has exited still count live",
+             after_exit);
+    }
+    pthread_barrier_destroy(&arg.bar);
   }
 
   T_FREE(ptrs);
