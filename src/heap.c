@@ -877,6 +877,14 @@ static TROVE_NOINLINE void batch_add_slow(trove_heap_t *owner, trove_block_t *b)
   }
 }
 
+/* A block above REMOTE_BATCH_MAX_SIZE, queued alone (as every remote free was before the
+ * batches). A thread that only frees must still let time-based work happen (pool sweep,
+ * purge). */
+static TROVE_NOINLINE void remote_free_one(trove_heap_t *owner, trove_block_t *b) {
+  push_remote(owner, b, REMOTE_PENDING);
+  if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
+}
+
 /* A remote free that does not go into the batch: a block above REMOTE_BATCH_MAX_SIZE, the
  * thread's first (its exit gets hooked: a thread with a heap has the hook already, see
  * thread_heap_init), or one after the thread's exit began. */
@@ -1271,10 +1279,15 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
   /* The common case, with no register saved: a small block of another thread's heap (a
    * medium run has no owner here), freed by a thread with a heap of its own (which so
    * inherits none, see below). */
-  if (likely(owner != NULL && sb->bsize <= REMOTE_BATCH_MAX_SIZE && batch_state == BATCH_ON &&
-             _trove_tls_heap != &_trove_heap_empty)) {
-    batch_add(owner, b);
-    return;
+  if (likely(owner != NULL && _trove_tls_heap != &_trove_heap_empty)) {
+    if (likely(sb->bsize <= REMOTE_BATCH_MAX_SIZE && batch_state == BATCH_ON)) {
+      batch_add(owner, b);
+      return;
+    }
+    if (sb->bsize > REMOTE_BATCH_MAX_SIZE) {
+      remote_free_one(owner, b);
+      return;
+    }
   }
   free_other_slow(b, sb);
 }
