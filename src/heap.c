@@ -790,10 +790,14 @@ static void push_remote(trove_heap_t *owner, trove_block_t *b, uint32_t flags) {
  * owner at a time) and queues them together: up to REMOTE_BATCH_BLOCKS, dealt round the lanes
  * as single pushes are, so each lane takes one chain with one compare-and-swap and the owner
  * still walks the lanes side by side (drain_remote_queue). A push costs more than its
- * compare-and-swap: as a locked instruction it waits for the freeing thread's earlier stores,
- * among them the block's tag and link, whose line the allocating core wrote last; in a batch
- * those stores overlap. One producer and one consumer of 32-512 B messages (bench/handoff
- * -t 2) spent 43% of their samples on that instruction (perf). An earlier batch of one chain
+ * compare-and-swap: as a locked instruction it waits for the freeing thread's earlier loads
+ * and stores, among them its program's last read of the block and free's tag and link, on
+ * lines the allocating core wrote last; so each free serialized the thread's cache misses,
+ * which in a batch overlap. One producer and one consumer of 32-512 B messages
+ * (bench/handoff -t 2) had 43% of their samples on that instruction (perf); batched, the same
+ * misses show where the consumer reads each message, and overlap: 1.05-1.14 times the
+ * messages a second at 2 threads, 1.06-1.32 at 8 (docs/BENCHMARKS.md, thirty-second session).
+ * An earlier batch of one chain
  * in one lane lost as much in the owner's walk, one dependent miss at a time
  * (docs/BENCHMARKS.md, "Tried and left: batching remote frees").
  * Bounds: REMOTE_BATCH_BLOCKS blocks of at most REMOTE_BATCH_MAX_SIZE (27 KiB) per thread.
