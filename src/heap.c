@@ -847,20 +847,25 @@ static inline void batch_queue(void) {
   if (batch.owner != NULL) batch_flush();
 }
 
-static TROVE_NOINLINE void batch_add_slow(trove_heap_t *owner, trove_block_t *b);
-/* Only tail calls leave it: inlined into _trove_free_other, it saves no register. */
-static inline void batch_add(trove_heap_t *owner, trove_block_t *b) {
+/* b goes onto the chain of the next lane in turn (the batch has room and an owner). */
+static inline void batch_push(trove_block_t *b) {
   unsigned i = batch.lane;
   trove_block_t *head = batch.head[i];
-  if (unlikely(batch.owner != owner || batch.n == REMOTE_BATCH_BLOCKS - 1)) {
-    batch_add_slow(owner, b);
-    return;
-  }
   b->next = head;
   batch.head[i] = b;
   if (head == NULL) batch.tail[i] = b;
   batch.lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
   batch.n++;
+}
+
+static TROVE_NOINLINE void batch_add_slow(trove_heap_t *owner, trove_block_t *b);
+/* Only tail calls leave it: inlined into _trove_free_other, it saves no register. */
+static inline void batch_add(trove_heap_t *owner, trove_block_t *b) {
+  if (unlikely(batch.owner != owner || batch.n == REMOTE_BATCH_BLOCKS - 1)) {
+    batch_add_slow(owner, b);
+    return;
+  }
+  batch_push(b);
 }
 
 /* A new owner, or the batch's last block: the batch is queued when full.
@@ -871,11 +876,8 @@ static TROVE_NOINLINE void batch_add_slow(trove_heap_t *owner, trove_block_t *b)
     batch_queue();
     batch.owner = owner;
   }
-  unsigned i = batch.lane;
-  if ((b->next = batch.head[i]) == NULL) batch.tail[i] = b;
-  batch.head[i] = b;
-  batch.lane = i + 1 == TROVE_REMOTE_LANES ? 0 : i + 1;
-  if (++batch.n == REMOTE_BATCH_BLOCKS) {
+  batch_push(b);
+  if (batch.n == REMOTE_BATCH_BLOCKS) {
     batch_flush();
     if ((++remote_ticks & 1) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
   }
@@ -889,11 +891,10 @@ static TROVE_NOINLINE void remote_free_one(trove_heap_t *owner, trove_block_t *b
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
 
-/* A remote free that does not go into the batch: a block above REMOTE_BATCH_MAX_SIZE, the
- * thread's first (its exit gets hooked: a thread with a heap has the hook already, see
- * thread_heap_init), or one after the thread's exit began. */
-static TROVE_NOINLINE void remote_free_unbatched(trove_heap_t *owner, trove_block_t *b,
-                                                 uint32_t size) {
+/* A remote free of a thread without a heap, or in its exit: the thread's first such free
+ * hooks its exit (a thread with a heap has the hook already, see thread_heap_init), and once
+ * its exit has begun the block is queued alone. */
+static void remote_free_headless(trove_heap_t *owner, trove_block_t *b, uint32_t size) {
   if (batch_state == BATCH_UNHOOKED &&
       pthread_setspecific(_trove_thread_key, &_trove_heap_empty) == 0)
     batch_state = BATCH_ON;
@@ -1267,10 +1268,8 @@ static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
     else route_block(sb, b);
     return;
   }
-  if (owner != NULL) {
-    if (likely(batch_state == BATCH_ON && sb->bsize <= REMOTE_BATCH_MAX_SIZE)) batch_add(owner, b);
-    else remote_free_unbatched(owner, b, sb->bsize);
-  } else if (!(__atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && reclaim_on_free(sb, b))) {
+  if (owner != NULL) remote_free_headless(owner, b, sb->bsize);
+  else if (!(__atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && reclaim_on_free(sb, b))) {
     pool_free_block(sb, b);
     freed_into_pool = true;
   }
