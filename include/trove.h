@@ -67,6 +67,8 @@ typedef struct trove_stats_s {
   size_t slow_mallocs;       /* malloc calls that left the fast path */
   size_t superblocks_released; /* superblocks moved to the pool by the blowup rule */
   size_t superblocks_adopted;  /* superblocks taken from the pool */
+  size_t superblocks_abandoned; /* full superblocks a heap let go (docs/DESIGN.md, invariant 6) */
+  size_t superblocks_claimed;  /* abandoned ones taken up by another thread's free */
   size_t blocks_borrowed;    /* mallocs served by a block of a larger class (its own was used
                                 up; see docs/DESIGN.md, "Borrowing") */
   size_t threads;            /* live thread heaps */

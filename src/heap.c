@@ -139,8 +139,39 @@ static int32_t full_trigger(const trove_sb_t *sb) {
   return (int32_t)(cap + 1 - want);
 }
 
+/* Full superblocks are abandoned. A heap that fills a superblock lets it go, to no list
+ * (its owner becomes TROVE_ABANDONED): every block is live, so a free of one of them will
+ * find it, and the thread that adopts it (a compare-and-swap of its owner) is the freeing
+ * one if it allocates blocks of that class, else the heap that let it go at its next slow
+ * path, or, while that heap is idle, a thread about to take fresh pages (free_to_abandoner,
+ * steal_abandoned). So a thread that allocates blocks for other threads to free
+ * and then waits (Hoard's round robin; a worker that hands its results on and blocks for
+ * its next request) no longer keeps the memory freed meanwhile out of every other thread's
+ * reach until it wakes. A heap that takes one back keeps it when it fills again (`kept`),
+ * so a thread that allocates all the time makes that trip once per superblock. Only with a
+ * second thread alive (a thread alone would only take them back), for superblocks of 32
+ * blocks or more (the classes up to 1 KiB: with 8, threads handing 8 B - 4 KiB blocks to
+ * each other, bench/xmalloc, ran 10-14% slower), and not in shared heaps. An abandoned
+ * superblock holds only live blocks and blocks queued for a heap, which count as live, so
+ * Hoard's bound holds as before. `abandoned_out` counts them (a hint: the walk for idle
+ * queues is skipped while it is 0). */
+static _Atomic size_t abandoned_out;
+
+static void abandon_full(trove_heap_t *h, trove_sb_t *sb) {
+  sb->state = TROVE_SB_ABANDONED;
+  __atomic_store_n(&sb->released_by, (uintptr_t)h, __ATOMIC_RELAXED);
+  h->c.abandoned++;
+  atomic_fetch_add_explicit(&abandoned_out, 1, memory_order_relaxed);
+  atomic_store_explicit(&sb->heap, TROVE_ABANDONED, memory_order_release);
+}
+
 /* An exhausted current superblock goes on its class's full list until 1/8 of it is free. */
 TROVE_INLINE void retire_full(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
+  if (!sb->kept && sb->capacity >= 32 && !h->shared &&
+      atomic_load_explicit(&heaps_alive, memory_order_relaxed) >= 2) {
+    abandon_full(h, sb);
+    return;
+  }
   sb->state = TROVE_SB_FULL;
   _trove_sb_set_trigger(sb, full_trigger(sb));
   list_push(&h->lists[cls].full, sb);
@@ -187,7 +218,7 @@ TROVE_INLINE void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
   if (sb != &_trove_sb_empty) {
     sb->state = TROVE_SB_CURRENT;
     _trove_sb_set_trigger(sb, 0);   /* the current superblock never leaves on a free */
-    sb->idle_mark = 0;
+    __atomic_store_n(&sb->idle_mark, 0, __ATOMIC_RELAXED);   /* see free_abandoned */
     sb->freed_at = 0;
   }
   h->cur[cls] = sb;
@@ -445,6 +476,7 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t shard, size_t cls) {
     if (_trove_sb_used(sb) < (int32_t)sb->capacity) {
       atomic_store_explicit(&sb->heap, h, memory_order_release);
       __atomic_store_n(&sb->reclaim, 0, __ATOMIC_RELAXED);
+      sb->kept = sb->claimed = 0;
       found = sb;
       break;
     }
@@ -607,7 +639,7 @@ static void cur_trim(trove_heap_t *h, uint64_t now, bool all) {
       set_current(h, c, &_trove_sb_empty);
       sb_release(sb, false);
     } else if (sb->idle_mark != mark) {
-      sb->idle_mark = mark;
+      __atomic_store_n(&sb->idle_mark, mark, __ATOMIC_RELAXED);
       sb->freed_at = now;
     }
   }
@@ -713,6 +745,15 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
   default:
     break;
   }
+  /* A superblock claimed from another heap (abandon_full) that empties goes on at once
+   * rather than counting towards K: the thread that freed its blocks may never allocate
+   * their class (a consumer), and kept there its pages waited while the threads that
+   * allocate them took fresh ones (bench/handoff --mode in -t 8, 7 producers and a consumer:
+   * peak RSS 5.6 MiB before abandoning, 7.1-7.9 with it, 6.0 with this). */
+  if (unlikely(sb->claimed) && sb->state == TROVE_SB_SPARSE && _trove_sb_used(sb) == 0) {
+    sparse_remove(h, sb);
+    sb_release_to(sb, false, h);
+  }
 }
 
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) {
@@ -735,7 +776,7 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
  * whatever its marks say: such a loop leaves the same head on its free list at every scan. */
 void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) {
   h->beat = TROVE_BEAT;
-  sb->idle_mark = 0;
+  __atomic_store_n(&sb->idle_mark, 0, __ATOMIC_RELAXED);
   batch_queue();
   drain_remote(h);
   _trove_heap_maybe_purge(h);
@@ -909,7 +950,8 @@ static inline bool remote_pending(trove_heap_t *h) {
   return atomic_load_explicit(&h->remote_pending, memory_order_relaxed) != 0;
 }
 
-/* Take every non-empty lane of h's queue: their chains go to lanes[0..*n). */
+/* Take every non-empty lane of h's queue, and its orphans: their chains go to lanes[0..*n)
+ * (room for TROVE_REMOTE_LANES + 1). */
 static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n) {
   atomic_exchange_explicit(&h->remote_pending, 0, memory_order_seq_cst);
   for (unsigned i = 0; i < TROVE_REMOTE_LANES; i++) {
@@ -917,12 +959,16 @@ static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n) {
     trove_block_t *b = atomic_exchange_explicit(&h->remote[i], NULL, memory_order_seq_cst);
     if (b) lanes[(*n)++] = b;
   }
+  if (atomic_load_explicit(&h->orphans, memory_order_seq_cst) != NULL) {
+    trove_block_t *b = atomic_exchange_explicit(&h->orphans, NULL, memory_order_seq_cst);
+    if (b) lanes[(*n)++] = b;
+  }
 }
 
 /* Another thread takes h's whole queue (a dead heap's, or an idle heap's for its medium
  * runs), as one chain. */
 static trove_block_t *queue_take_all(trove_heap_t *h) {
-  trove_block_t *lanes[TROVE_REMOTE_LANES], *all = NULL;
+  trove_block_t *lanes[TROVE_REMOTE_LANES + 1], *all = NULL;
   unsigned n = 0;
   remote_take(h, lanes, &n);
   for (unsigned i = 0; i < n; i++)
@@ -934,15 +980,20 @@ static trove_block_t *queue_take_all(trove_heap_t *h) {
   return all;
 }
 
+static void free_abandoned(trove_sb_t *sb, trove_block_t *b);
+static void free_to_abandoner(trove_sb_t *sb, trove_block_t *b);
+
 /* Queue a freed block where its superblock's owner will find it: the owner heap's remote
- * queue, or the superblock's own list while it is in the pool. Takes no lock. */
+ * queue, or the superblock's own list while it is in the pool (an abandoned one: the calling
+ * thread adopts it). Takes no lock. */
 static void route_block(trove_sb_t *sb, trove_block_t *b) {
   if (sb->kind == TROVE_SPAN_MEDIUM) {       /* its heap is gone: the page heap takes it */
     _trove_pages_free(sb);
     return;
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
-  if (owner) push_remote(owner, b, REMOTE_PENDING);
+  if (owner == TROVE_ABANDONED) free_abandoned(sb, b);
+  else if (owner) push_remote(owner, b, REMOTE_PENDING);
   else pool_free_block(sb, b);
 }
 
@@ -1229,6 +1280,117 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   return true;
 }
 
+/* A free into an abandoned superblock (abandon_full) that adopts it: the freeing thread's
+ * heap takes it by a compare-and-swap of its owner, and the block is a local free. One that
+ * lost the race frees to the winner. Without a heap (out of memory) the block waits on the
+ * superblock's `thread_free` for the next adopter to collect. */
+static void free_abandoned(trove_sb_t *sb, trove_block_t *b) {
+  trove_heap_t *h = _trove_tls_heap;
+  if (h == &_trove_heap_empty) {
+    /* A new thread that frees a block of an exited thread's heap takes over that heap, as in
+     * free_other_slow. The heap that let it go is a hint: another may have adopted it since
+     * and made it current, whose idle mark shares the word (odd, see cur_trim); heaps are
+     * never unmapped, so reading a stale one's `parked_ms` is safe. */
+    uintptr_t was = __atomic_load_n(&sb->released_by, __ATOMIC_RELAXED);
+    h = thread_heap_init(was != 0 && (was & 1) == 0 && parked_since((trove_heap_t *)was)
+                             ? (trove_heap_t *)was : NULL);
+  }
+  for (;;) {
+    trove_heap_t *owner = TROVE_ABANDONED;
+    if (h != NULL && atomic_compare_exchange_strong_explicit(&sb->heap, &owner, h,
+                                                             memory_order_acquire,
+                                                             memory_order_acquire)) {
+      atomic_fetch_sub_explicit(&abandoned_out, 1, memory_order_relaxed);
+      if (sb->released_by == (uintptr_t)h) {
+        sb->kept = 1;
+      } else {
+        sb->claimed = 1;
+        h->c.claimed++;
+      }
+      sb->slack -= (int32_t)_trove_sb_collect(sb);
+      sb->state = TROVE_SB_FULL;
+      _trove_sb_set_trigger(sb, full_trigger(sb));
+      list_push(&h->lists[sb->cls].full, sb);
+      free_local(h, sb, b);
+      return;
+    }
+    if (h == NULL && owner == TROVE_ABANDONED) owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
+    if (owner == TROVE_ABANDONED) {
+      if (h == NULL) {
+        push_block(&sb->thread_free, b);
+        return;
+      }
+      continue;
+    }
+    if (owner) push_remote(owner, b, REMOTE_PENDING);
+    else pool_free_block(sb, b);
+    return;
+  }
+}
+
+/* A free into an abandoned superblock (free_other_slow). A thread that allocates blocks of
+ * its class (it has a current superblock there) adopts it at once (free_abandoned), and so
+ * do the thread that let it go, a thread freeing into the superblock of an exited thread's
+ * heap or of one from before a fork, and any thread when the word that names the heap that
+ * let it go has been overwritten since (an adopter's idle mark, odd: see cur_trim). Any
+ * other block goes on that heap's `orphans`, part of its queue: the heap takes it back at
+ * its next slow path (a thread that allocates all the time gets its superblocks back,
+ * `kept` from then on) unless it is idle and another thread needs the memory first
+ * (steal_abandoned). A thread that only frees so adopts nothing: claimed by whichever thread
+ * freed into them first, one producer's superblocks were spread over its 7 consumers, which
+ * never allocate and whose frees into each other's came back late (bench/handoff --mode out
+ * -t 8: 4 MiB peak RSS before abandoning, 23 MiB so). */
+static void free_to_abandoner(trove_sb_t *sb, trove_block_t *b) {
+  uintptr_t was = __atomic_load_n(&sb->released_by, __ATOMIC_RELAXED);
+  trove_heap_t *h = _trove_tls_heap, *home = (trove_heap_t *)was;
+  if (was == 0 || (was & 1) != 0 || home == h || h->cur[sb->cls] != &_trove_sb_empty ||
+      __atomic_load_n(&home->fork_gen, __ATOMIC_RELAXED) != _trove_fork_gen ||
+      parked_since(home)) {
+    free_abandoned(sb, b);
+    return;
+  }
+  trove_block_t *head = atomic_load_explicit(&home->orphans, memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&home->orphans, &head, b, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+  set_pending(home, REMOTE_PENDING);     /* the argument of push_chain holds for this list */
+}
+
+/* Before a heap takes fresh pages for a class: a heap that has not taken its queue for 2 ms
+ * or more (its thread blocked, waiting for its turn or its next request, or preempted) may
+ * hold on its `orphans` blocks that other threads freed into superblocks it abandoned,
+ * memory that no thread can use until it wakes. Each such block adopts its superblock into
+ * `h`, as if `h` had freed it. Hoard's round robin (bench/blowup --mode rr: each thread in
+ * turn frees the batch the previous one allocated and allocates one; a thread that only
+ * frees adopts nothing, see free_to_abandoner, and each thread's first turn is all frees)
+ * held a batch per thread. Looks at the 32 most recent heaps at most. True if it adopted a
+ * superblock. */
+static TROVE_NOINLINE bool steal_abandoned(trove_heap_t *h) {
+  uint64_t now = 0;
+  bool got = false;
+  unsigned look = 32;
+  for (trove_heap_t *x = __atomic_load_n(&_trove_heaps_all, __ATOMIC_ACQUIRE); x && look;
+       x = x->next_all, look--) {
+    if (x == h || atomic_load_explicit(&x->orphans, memory_order_relaxed) == NULL ||
+        !__atomic_load_n(&x->alive, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&x->shared, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&x->orphan, __ATOMIC_RELAXED) || parked_since(x) ||
+        __atomic_load_n(&x->fork_gen, __ATOMIC_RELAXED) != _trove_fork_gen)
+      continue;
+    if (now == 0) now = _trove_os_now_ms();
+    if (now - atomic_load_explicit(&x->remote_taken_ms, memory_order_relaxed) < 2) continue;
+    for (trove_block_t *b = atomic_exchange_explicit(&x->orphans, NULL, memory_order_acquire),
+                       *next; b; b = next) {
+      next = b->next;
+      uintptr_t a = (uintptr_t)b;
+      free_abandoned(_trove_sb_of(_trove_segment_of(a), a), b);
+      got = true;
+    }
+  }
+  return got;
+}
+
 /* A free from a thread that does not own the block's superblock (or of a medium object). The
  * block's tag is already written. */
 static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
@@ -1258,8 +1420,8 @@ static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
   /* The thread's own heap first: parked_ms shares a line with fields the owner's slow paths
    * write, which every remote free would otherwise read. */
-  if (owner != NULL && _trove_tls_heap == &_trove_heap_empty && parked_since(owner) &&
-      thread_heap_init(owner) != NULL) {
+  if (owner != NULL && owner != TROVE_ABANDONED && _trove_tls_heap == &_trove_heap_empty &&
+      parked_since(owner) && thread_heap_init(owner) != NULL) {
     /* A new thread's first call frees a block of a parked heap: it inherits that heap (the
      * thread it replaces handed it the block), not whichever heap was parked last. The
      * superblock may have left the heap before it was parked, after `owner` was read; now
@@ -1268,7 +1430,8 @@ static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
     else route_block(sb, b);
     return;
   }
-  if (owner != NULL) remote_free_headless(owner, b, sb->bsize);
+  if (owner == TROVE_ABANDONED) free_to_abandoner(sb, b);
+  else if (owner != NULL) remote_free_headless(owner, b, sb->bsize);
   else if (!(__atomic_load_n(&sb->reclaim, __ATOMIC_RELAXED) && reclaim_on_free(sb, b))) {
     pool_free_block(sb, b);
     freed_into_pool = true;
@@ -1282,7 +1445,7 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
   /* The common case, with no register saved: a small block of another thread's heap (a
    * medium run has no owner here), freed by a thread with a heap of its own (which so
    * inherits none, see below). */
-  if (likely(owner != NULL && _trove_tls_heap != &_trove_heap_empty)) {
+  if (likely((uintptr_t)owner > (uintptr_t)TROVE_ABANDONED && _trove_tls_heap != &_trove_heap_empty)) {
     if (likely(sb->bsize <= REMOTE_BATCH_MAX_SIZE && batch_state == BATCH_ON)) {
       batch_add(owner, b);
       return;
@@ -1298,7 +1461,7 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
 /* The lanes are walked a step each in turn: the next pointers of all of them are loaded
  * before any block is freed, so their cache misses overlap. */
 static TROVE_NOINLINE void drain_remote_queue(trove_heap_t *h) {
-  trove_block_t *lanes[TROVE_REMOTE_LANES], *next[TROVE_REMOTE_LANES];
+  trove_block_t *lanes[TROVE_REMOTE_LANES + 1], *next[TROVE_REMOTE_LANES + 1];
   unsigned n = 0;
   /* a store only when the tick's clock moved: remote frees of medium runs read this line */
   if (atomic_load_explicit(&h->remote_taken_ms, memory_order_relaxed) != h->now_ms)
@@ -1971,6 +2134,15 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * length to carve again, the most recent first. */
   trove_sb_t *sb, *best = take_own(h, cls), *empty = NULL;
   if (best != NULL) return best;
+  /* blocks freed for an idle heap first (a partial superblock of this class if one came) */
+  if (atomic_load_explicit(&abandoned_out, memory_order_relaxed) != 0 && !h->shared &&
+      steal_abandoned(h)) {
+    if ((best = h->lists[cls].partial) != NULL) {
+      partial_unlink(&h->lists[cls], best);
+      return best;
+    }
+    if ((best = take_own(h, cls)) != NULL) return best;
+  }
   size_t pages = _trove_class_pages[cls];
   /* More than 5 live threads per CPU (many_threads): per-thread memory is what
    * costs, so a heap's first superblock of a class is short, a page for the classes up to
@@ -1983,7 +2155,10 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * manythreads: 100-800 threads within 1-2% in peak RSS and +-8% in time, 5 runs). */
   pages <<= h->lists[cls].grow;
   size_t want = pages;
-  bool crowded_first = h->lists[cls].full == NULL && !h->shared && many_threads();
+  /* `full` is empty in a class whose full superblocks were abandoned (abandon_full): such a
+   * class borrows less (see the thirty-third session in docs/BENCHMARKS.md) */
+  bool used_up = h->lists[cls].full != NULL;
+  bool crowded_first = !used_up && !h->shared && many_threads();
   if (crowded_first) want = _trove_class_starter[cls];
   /* The empty list is walked for one of another class only when it holds one of a length
    * to carve again (see take_own). */
@@ -2004,7 +2179,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   /* Crowded threads borrow too before a class has a superblock of their own, for its first
    * TROVE_FIRST_BORROWS blocks (see borrow). */
   bool first = crowded_first && h->first_borrows[cls] < TROVE_FIRST_BORROWS;
-  if ((first || (h->lists[cls].full != NULL && !h->shared)) && (*lent = borrow(h, cls)) != NULL) {
+  if ((first || (used_up && !h->shared)) && (*lent = borrow(h, cls)) != NULL) {
     h->first_borrows[cls] += first;
     return NULL;
   }

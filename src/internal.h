@@ -101,7 +101,11 @@ typedef enum {             /* where a small superblock is; decides what a free's
   TROVE_SB_SPARSE,         /* owned, f-empty: on the heap's sparse list (at most K of them) */
   TROVE_SB_FULL,           /* owned, no free block: on the class's full list */
   TROVE_SB_POOL,           /* in the shared pool, owned by no heap */
+  TROVE_SB_ABANDONED,      /* full, let go by its heap: the next free adopts it (heap.c) */
 } trove_sb_state_t;
+/* `heap` of an abandoned superblock: not NULL (the pool's mark), so that an adoption's
+ * compare-and-swap from it cannot take a pool superblock. */
+#define TROVE_ABANDONED ((struct trove_heap_s *)1)
 
 struct trove_heap_s;
 
@@ -149,6 +153,8 @@ typedef struct trove_sb_s {
   uint8_t state;               /* trove_sb_state_t */
   uint8_t pool_full : 1;       /* pool: on the class's `full` list rather than `avail` */
   uint8_t pool_empty : 1;      /* pool: entered it empty and carved (see heap.c, pool_empties) */
+  uint8_t kept : 1;            /* its heap took it back after abandoning it: not abandoned again */
+  uint8_t claimed : 1;         /* taken up from the heap that abandoned it: empty, it goes on */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   _Atomic(int32_t) pool_live;  /* pool: live blocks not yet freed (a hint, see heap.c) */
   union {
@@ -327,6 +333,7 @@ typedef struct trove_class_lists_s {
 
 typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
   size_t slow_mallocs, remote_frees, released, adopted, sb_fresh, borrowed;
+  size_t abandoned, claimed;               /* full superblocks let go; taken up by another heap */
 } trove_heap_counters_t;
 
 typedef struct trove_heap_s {
@@ -386,6 +393,9 @@ typedef struct trove_heap_s {
   /* Read by other threads' frees (a medium run's, heap.c): a line the owner seldom writes */
   uint64_t fork_gen __attribute__((aligned(TROVE_CACHE_LINE)));  /* the fork generation it was taken in */
   _Atomic uint64_t remote_taken_ms;        /* when the owner last took its queue (ms, a tick's) */
+  /* Blocks freed into superblocks it abandoned: part of its queue (the owner takes them with
+   * the lanes), apart so that a thread may take them while it is idle (heap.c) */
+  _Atomic(trove_block_t *) orphans;
   bool alive;                              /* a thread runs on it (or it is shared), if
                                             * fork_gen is the current one (_trove_heap_live) */
   bool shared;                             /* a heap threads share (heap.c, shared heaps) */

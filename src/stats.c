@@ -20,11 +20,11 @@ static void raise_peak(_Atomic size_t *peak, size_t v) {
 }
 
 static const char *state_name(const trove_sb_t *sb) {
-  static const char *const names[] = {"current", "partial", "sparse", "full", "pool"};
+  static const char *const names[] = {"current", "partial", "sparse", "full", "pool", "abandoned"};
   if (sb->kind == TROVE_SPAN_FREE) return sb->dirty ? "dirty" : "purged";
   if (sb->kind == TROVE_SPAN_PURGING) return "purged";
   if (sb->kind == TROVE_SPAN_MEDIUM) return sb->state == TROVE_SB_POOL ? "cached" : "medium";
-  return sb->state < 5 ? names[sb->state] : "?";
+  return sb->state < 6 ? names[sb->state] : "?";
 }
 
 _Atomic size_t _trove_lock_waits[2];
@@ -91,6 +91,8 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
     st->slow_mallocs += h->c.slow_mallocs;
     st->superblocks_released += h->c.released;
     st->superblocks_adopted += h->c.adopted;
+    st->superblocks_abandoned += h->c.abandoned;
+    st->superblocks_claimed += h->c.claimed;
     st->blocks_borrowed += h->c.borrowed;
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
@@ -139,9 +141,10 @@ TROVE_API void trove_stats_print(FILE *out) {
   fprintf(out, "  threads %zu live / %zu heaps, slow mallocs %zu, remote frees %zu\n", st.threads,
           st.heaps_created, st.slow_mallocs, st.remote_frees);
   fprintf(out,
-          "  superblocks released %zu, adopted %zu; blocks borrowed %zu; purges %zu (%zu KiB)\n",
-          st.superblocks_released, st.superblocks_adopted, st.blocks_borrowed, st.purges,
-          st.purged_bytes >> 10);
+          "  superblocks released %zu, adopted %zu, abandoned %zu, claimed %zu; blocks borrowed "
+          "%zu; purges %zu (%zu KiB)\n",
+          st.superblocks_released, st.superblocks_adopted, st.superblocks_abandoned,
+          st.superblocks_claimed, st.blocks_borrowed, st.purges, st.purged_bytes >> 10);
   fprintf(out, "  arenas %zu (%zu in use); locks found taken: pool %zu, page heap %zu\n",
           st.arenas, st.arenas_in_use, st.lock_waits_pool, st.lock_waits_pages);
   fprintf(out, "  %8s %10s %10s %8s %6s\n", "class", "in use", "capacity", "sblocks", "full%");
@@ -263,7 +266,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
                       sb->kind == TROVE_SPAN_SMALL ? (used > 0 ? used : 0)
                                                    : (sb->kind == TROVE_SPAN_MEDIUM &&
                                                       sb->state != TROVE_SB_POOL),
-                      owner ? owner->id : 0u);
+                      owner && owner != TROVE_ABANDONED ? owner->id : 0u);
       jw_put(&w, line);
       first = false;
       pg += n;

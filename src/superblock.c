@@ -26,6 +26,7 @@ void _trove_sb_init(trove_sb_t *sb, size_t cls) {
   sb->free = sb->local_free = NULL;
   sb->slack = 0;
   sb->trigger = 0;
+  sb->kept = sb->claimed = 0;
   atomic_store_explicit(&sb->thread_free, NULL, memory_order_relaxed);
   _trove_sb_set_run(sb, bs, 0);
 }

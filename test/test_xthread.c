@@ -20,7 +20,10 @@
  * Phase 4: medium buffers freed by another thread come back to the thread that allocated them.
  * Phase 5: small blocks freed by another thread (one with a heap of its own, one that only
  * frees) reach their owner: at most a batch's worth waits in the freeing thread, none after
- * its trove_collect() or exit. */
+ * its trove_collect() or exit.
+ * Phase 6: a thread allocates 5 MB of blocks and waits; main frees them and allocates as
+ * many: it must claim the waiting thread's full superblocks and reuse them, so that what
+ * counts as in use stays near one batch, not two. */
 #include "testhelper.h"
 
 #include <pthread.h>
@@ -127,6 +130,24 @@ static void *free_batch_thread(void *arg) {
   pthread_barrier_wait(&a->bar);
   for (size_t i = BATCH_N - 5; i < BATCH_N; i++) T_FREE(a->p[i]);
   return NULL;                            /* and exits */
+}
+
+/* phase 6: a thread allocates blocks for another to free, then waits */
+#define RR_N 20000
+#define RR_SIZE 256
+typedef struct {
+  void **p;
+  pthread_barrier_t bar;
+} rr_arg_t;
+static void *rr_alloc_thread(void *arg) {
+  rr_arg_t *a = arg;
+  for (size_t i = 0; i < RR_N; i++) {
+    CHECK((a->p[i] = T_MALLOC(RR_SIZE)) != NULL);
+    memset(a->p[i], (int)(i & 0xff), RR_SIZE);
+  }
+  pthread_barrier_wait(&a->bar);          /* main frees them and allocates as many */
+  pthread_barrier_wait(&a->bar);          /* idle until then: no malloc, no free */
+  return NULL;
 }
 
 /* live blocks of the class that serves BATCH_SIZE, after main's own queue is taken */
@@ -273,20 +294,21 @@ int main(int argc, char **argv) {
     /* counted from here: A's mallocs may take superblocks from the pool (those of the heaps
      * phase 2 parked, handed back once their delay passed), which is no adoption by B */
     th_stats(&st);
-    size_t adopted0 = st.superblocks_adopted;
+    size_t adopted0 = st.superblocks_adopted, claimed0 = st.superblocks_claimed;
     CHECK(pthread_create(&b, NULL, free_thread, &s) == 0);
     CHECK(pthread_join(b, NULL) == 0);
     double tb = th_now();
     th_stats(&st);
-    printf("successor frees the batch: %zu superblocks adopted (%.0f ms)\n",
-           st.superblocks_adopted - adopted0, (tb - ta) * 1e3);
+    printf("successor frees the batch: %zu superblocks adopted, %zu claimed (%.0f ms)\n",
+           st.superblocks_adopted - adopted0, st.superblocks_claimed - claimed0, (tb - ta) * 1e3);
     /* A parked heap is handed back after the purge delay (250 ms by default) only by some
      * thread's slow path, and nothing here allocates between A's exit and B's first free;
      * still, a machine slow enough to take that long proves nothing either way. */
     if (tb - ta < 0.2)
-      CHECKF(st.superblocks_adopted == adopted0,
+      CHECKF(st.superblocks_adopted + st.superblocks_claimed == adopted0 + claimed0,
              "a thread that frees an exited thread's blocks adopted %zu superblocks one by one "
-             "instead of taking over the parked heap", st.superblocks_adopted - adopted0);
+             "instead of taking over the parked heap",
+             st.superblocks_adopted + st.superblocks_claimed - adopted0 - claimed0);
 
     set_t c_set = {ptrs, sizes, n_batch, g_seed * 7 + 2, 0, 1};
     pthread_t c;
@@ -383,6 +405,56 @@ int main(int argc, char **argv) {
              "trove_collect(), 5 are", after_collect);
       CHECKF(after_exit == 0, "%zu blocks freed by a thread that has exited still count live",
              after_exit);
+    }
+    pthread_barrier_destroy(&arg.bar);
+  }
+
+  /* ---- phase 6: Hoard's round robin in small. Thread A allocates 5 MB of blocks and waits
+   * (alive, making no call); main frees them all and allocates as many. The blocks of A's
+   * full superblocks must not wait for A in its queue, counted live, while main takes fresh
+   * memory: main's frees claim those superblocks (docs/DESIGN.md, invariant 6) and its mallocs
+   * reuse them ---- */
+  {
+    static void *p[RR_N], *q[RR_N];
+    rr_arg_t arg = {.p = p};
+    CHECK(pthread_barrier_init(&arg.bar, NULL, 2) == 0);
+    th_collect();
+    int have = th_stats(&st);
+    size_t in_use0 = st.in_use, claimed0 = st.superblocks_claimed;
+    pthread_t a;
+    CHECK(pthread_create(&a, NULL, rr_alloc_thread, &arg) == 0);
+    pthread_barrier_wait(&arg.bar);
+    for (size_t i = 0; i < RR_N; i++) {
+      const unsigned char *c = p[i];
+      CHECKF(c[0] == (i & 0xff) && c[RR_SIZE - 1] == (i & 0xff), "block %zu of another thread "
+             "changed before its free", i);
+      T_FREE(p[i]);
+    }
+    size_t reused = 0;
+    for (size_t i = 0; i < RR_N; i++) {
+      CHECK((q[i] = T_MALLOC(RR_SIZE)) != NULL);
+      memset(q[i], 0x33, RR_SIZE);
+    }
+    th_stats(&st);
+    size_t in_use = st.in_use - in_use0, claimed = st.superblocks_claimed - claimed0;
+    pthread_barrier_wait(&arg.bar);
+    CHECK(pthread_join(a, NULL) == 0);
+    for (size_t i = 0; i < RR_N; i++) {
+      const unsigned char *c = q[i];
+      reused += c[0] == 0x33 && c[RR_SIZE - 1] == 0x33;
+      T_FREE(q[i]);
+    }
+    CHECKF(reused == RR_N, "%zu of %d blocks changed while their thread held them",
+           (size_t)RR_N - reused, RR_N);
+    printf("%d blocks of %d B freed while their thread waits, then as many allocated: %zu KiB "
+           "in use (%d KiB live), %zu superblocks claimed\n", RR_N, RR_SIZE, in_use / 1024,
+           RR_N * RR_SIZE / 1024, claimed);
+    if (have) {
+      CHECKF(claimed > 0, "no superblock of a waiting thread was claimed by the thread that "
+             "freed its blocks");
+      CHECKF(in_use <= (size_t)RR_N * RR_SIZE + RR_N * RR_SIZE / 4, "%zu KiB in use for %d KiB "
+             "live: blocks freed for a waiting thread still count live", in_use / 1024,
+             RR_N * RR_SIZE / 1024);
     }
     pthread_barrier_destroy(&arg.bar);
   }
