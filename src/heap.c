@@ -724,6 +724,30 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
  * thread) took 0.51 s with it and 0.28 s without at 2 threads, for the same RSS. The cost is
  * mtmalloctest's peak RSS, 7% higher; sizesweep, stability and reallocgrow moved by 0-2%. */
 static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
+  /* A superblock claimed from another heap (abandon_full) that empties goes on at once
+   * rather than counting towards K: the thread that freed its blocks may never allocate
+   * their class (a consumer), and kept there its pages waited while the threads that
+   * allocate them took fresh ones (bench/handoff --mode in -t 8, 7 producers and a consumer:
+   * peak RSS 5.6 MiB before abandoning, 7.1-7.9 with it, 6.0 with this). Decided first: the
+   * moves below may hand `sb` itself on (release_over_k), after which it must not be read. */
+  if (unlikely(sb->claimed) && _trove_sb_used(sb) == 0 && sb->state != TROVE_SB_CURRENT) {
+    switch (sb->state) {
+    case TROVE_SB_FULL:
+      list_remove(&h->lists[sb->cls].full, sb);
+      break;
+    case TROVE_SB_PARTIAL:
+      partial_unlink(&h->lists[sb->cls], sb);
+      break;
+    case TROVE_SB_SPARSE:                  /* on its class's list: it had live blocks */
+      h->sparse_pages -= sb->npages;
+      sparse_unlink_live(h, sb);
+      break;
+    default:
+      return;
+    }
+    sb_release_to(sb, false, h);
+    return;
+  }
   switch (sb->state) {
   case TROVE_SB_FULL:
     list_remove(&h->lists[sb->cls].full, sb);
@@ -744,15 +768,6 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
     break;
   default:
     break;
-  }
-  /* A superblock claimed from another heap (abandon_full) that empties goes on at once
-   * rather than counting towards K: the thread that freed its blocks may never allocate
-   * their class (a consumer), and kept there its pages waited while the threads that
-   * allocate them took fresh ones (bench/handoff --mode in -t 8, 7 producers and a consumer:
-   * peak RSS 5.6 MiB before abandoning, 7.1-7.9 with it, 6.0 with this). */
-  if (unlikely(sb->claimed) && sb->state == TROVE_SB_SPARSE && _trove_sb_used(sb) == 0) {
-    sparse_remove(h, sb);
-    sb_release_to(sb, false, h);
   }
 }
 
@@ -1277,6 +1292,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
     sb->slack -= (int32_t)_trove_sb_collect(sb);
     atomic_store_explicit(&sb->heap, h, memory_order_release);
     __atomic_store_n(&sb->reclaim, 0, __ATOMIC_RELAXED);
+    sb->kept = sb->claimed = 0;
     sb->state = TROVE_SB_FULL;             /* the local free below files it where it belongs */
     adopted = true;
   }

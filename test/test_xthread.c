@@ -21,9 +21,9 @@
  * Phase 5: small blocks freed by another thread (one with a heap of its own, one that only
  * frees) reach their owner: at most a batch's worth waits in the freeing thread, none after
  * its trove_collect() or exit.
- * Phase 6: a thread allocates 5 MB of blocks and waits; main frees them and allocates as
- * many: it must claim the waiting thread's full superblocks and reuse them, so that what
- * counts as in use stays near one batch, not two. */
+ * Phase 6: a thread allocates 5 MB of blocks and waits; main, then a new thread, frees them
+ * and allocates as many: it must claim the waiting thread's full superblocks and reuse them,
+ * so that what counts as in use stays near one batch, not two. */
 #include "testhelper.h"
 
 #include <pthread.h>
@@ -147,6 +147,32 @@ static void *rr_alloc_thread(void *arg) {
   }
   pthread_barrier_wait(&a->bar);          /* main frees them and allocates as many */
   pthread_barrier_wait(&a->bar);          /* idle until then: no malloc, no free */
+  return NULL;
+}
+
+/* Frees the waiting thread's blocks, then allocates as many (main, or a thread of its own) */
+typedef struct {
+  void **p, **q;
+  int own_thread;
+} rr_swap_t;
+static void *rr_swap(void *arg) {
+  rr_swap_t *s = arg;
+  /* main holds a block of the class meanwhile (a current superblock there); the new thread
+   * has a heap, with no superblock of that class */
+  void *own = T_MALLOC(s->own_thread ? BATCH_SIZE : RR_SIZE);
+  CHECK(own != NULL);
+  if (s->own_thread) T_FREE(own);
+  for (size_t i = 0; i < RR_N; i++) {
+    const unsigned char *c = s->p[i];
+    CHECKF(c[0] == (i & 0xff) && c[RR_SIZE - 1] == (i & 0xff), "block %zu of another thread "
+           "changed before its free", i);
+    T_FREE(s->p[i]);
+  }
+  for (size_t i = 0; i < RR_N; i++) {
+    CHECK((s->q[i] = T_MALLOC(RR_SIZE)) != NULL);
+    memset(s->q[i], 0x33, RR_SIZE);
+  }
+  if (!s->own_thread) T_FREE(own);
   return NULL;
 }
 
@@ -410,35 +436,33 @@ int main(int argc, char **argv) {
   }
 
   /* ---- phase 6: Hoard's round robin in small. Thread A allocates 5 MB of blocks and waits
-   * (alive, making no call); main frees them all and allocates as many. The blocks of A's
-   * full superblocks must not wait for A in its queue, counted live, while main takes fresh
-   * memory: main's frees claim those superblocks (docs/DESIGN.md, invariant 6) and its mallocs
-   * reuse them ---- */
-  {
+   * (alive, making no call); another thread frees them all and allocates as many. The blocks
+   * of A's full superblocks must not wait for A in its queue, counted live, while that thread
+   * takes fresh memory (docs/DESIGN.md, invariant 6): main, which has a superblock of the
+   * class, adopts them as it frees; a new thread, which has none, queues them for A and takes
+   * them from A's queue before it takes fresh pages. Its mallocs reuse them ---- */
+  for (int own_thread = 0; own_thread <= 1; own_thread++) {
     static void *p[RR_N], *q[RR_N];
     rr_arg_t arg = {.p = p};
+    rr_swap_t sw = {p, q, own_thread};
     CHECK(pthread_barrier_init(&arg.bar, NULL, 2) == 0);
     th_collect();
     int have = th_stats(&st);
     size_t in_use0 = st.in_use, claimed0 = st.superblocks_claimed;
-    pthread_t a;
+    pthread_t a, b;
     CHECK(pthread_create(&a, NULL, rr_alloc_thread, &arg) == 0);
     pthread_barrier_wait(&arg.bar);
-    for (size_t i = 0; i < RR_N; i++) {
-      const unsigned char *c = p[i];
-      CHECKF(c[0] == (i & 0xff) && c[RR_SIZE - 1] == (i & 0xff), "block %zu of another thread "
-             "changed before its free", i);
-      T_FREE(p[i]);
-    }
-    size_t reused = 0;
-    for (size_t i = 0; i < RR_N; i++) {
-      CHECK((q[i] = T_MALLOC(RR_SIZE)) != NULL);
-      memset(q[i], 0x33, RR_SIZE);
+    if (own_thread) {
+      CHECK(pthread_create(&b, NULL, rr_swap, &sw) == 0);
+      CHECK(pthread_join(b, NULL) == 0);
+    } else {
+      rr_swap(&sw);
     }
     th_stats(&st);
     size_t in_use = st.in_use - in_use0, claimed = st.superblocks_claimed - claimed0;
     pthread_barrier_wait(&arg.bar);
     CHECK(pthread_join(a, NULL) == 0);
+    size_t reused = 0;
     for (size_t i = 0; i < RR_N; i++) {
       const unsigned char *c = q[i];
       reused += c[0] == 0x33 && c[RR_SIZE - 1] == 0x33;
@@ -446,15 +470,15 @@ int main(int argc, char **argv) {
     }
     CHECKF(reused == RR_N, "%zu of %d blocks changed while their thread held them",
            (size_t)RR_N - reused, RR_N);
-    printf("%d blocks of %d B freed while their thread waits, then as many allocated: %zu KiB "
-           "in use (%d KiB live), %zu superblocks claimed\n", RR_N, RR_SIZE, in_use / 1024,
-           RR_N * RR_SIZE / 1024, claimed);
+    printf("%d blocks of %d B freed while their thread waits, then as many allocated (%s): "
+           "%zu KiB in use (%d KiB live), %zu superblocks claimed\n", RR_N, RR_SIZE,
+           own_thread ? "a new thread" : "main", in_use / 1024, RR_N * RR_SIZE / 1024, claimed);
     if (have) {
       CHECKF(claimed > 0, "no superblock of a waiting thread was claimed by the thread that "
-             "freed its blocks");
+             "freed its blocks (%s)", own_thread ? "a new thread" : "main");
       CHECKF(in_use <= (size_t)RR_N * RR_SIZE + RR_N * RR_SIZE / 4, "%zu KiB in use for %d KiB "
-             "live: blocks freed for a waiting thread still count live", in_use / 1024,
-             RR_N * RR_SIZE / 1024);
+             "live: blocks freed for a waiting thread still count live (%s)", in_use / 1024,
+             RR_N * RR_SIZE / 1024, own_thread ? "a new thread" : "main");
     }
     pthread_barrier_destroy(&arg.bar);
   }
