@@ -956,14 +956,20 @@ static TROVE_NOINLINE void remote_free_one(trove_heap_t *owner, trove_block_t *b
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
 
+/* Whether the thread may hold a batch: a thread without a heap gets the exit hook (the
+ * pthread key's destructor flushes) at its first remote free; once its exit has begun, no. */
+static bool batch_hooked(void) {
+  if (batch_state == BATCH_UNHOOKED &&
+      pthread_setspecific(_trove_thread_key, &_trove_heap_empty) == 0)
+    batch_state = BATCH_ON;
+  return batch_state == BATCH_ON;
+}
+
 /* A remote free of a thread without a heap, or in its exit: the thread's first such free
  * hooks its exit (a thread with a heap has the hook already, see thread_heap_init), and once
  * its exit has begun the block is queued alone. */
 static void remote_free_headless(trove_heap_t *owner, trove_block_t *b, uint32_t size) {
-  if (batch_state == BATCH_UNHOOKED &&
-      pthread_setspecific(_trove_thread_key, &_trove_heap_empty) == 0)
-    batch_state = BATCH_ON;
-  if (batch_state == BATCH_ON && size <= REMOTE_BATCH_MAX_SIZE) batch_add(owner, b);
+  if (batch_hooked() && size <= REMOTE_BATCH_MAX_SIZE) batch_add(owner, b);
   else push_remote(owner, b, REMOTE_PENDING);
 }
 
@@ -1379,10 +1385,7 @@ static void free_to_abandoner(trove_sb_t *sb, trove_block_t *b) {
   }
   /* batched as other remote frees are (a compare-and-swap each had blowup-pc's consumer
    * 15-25% slower), under the heap's address with its low bit set */
-  if (batch_state == BATCH_UNHOOKED &&
-      pthread_setspecific(_trove_thread_key, &_trove_heap_empty) == 0)
-    batch_state = BATCH_ON;
-  if (batch_state == BATCH_ON) batch_add((trove_heap_t *)(was | 1), b);
+  if (batch_hooked()) batch_add((trove_heap_t *)(was | 1), b);
   else orphans_push(home, b, b);
 }
 
