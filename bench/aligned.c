@@ -118,6 +118,7 @@ int main(int argc, char **argv) {
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   const char *name = plain ? "bufswap" : huge ? "aligned-huge" : "aligned";
   bu_result(name, t, "time", secs, "s");
+  bu_result_spans(name, t, &ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "throughput", (double)G.ops_per_thread * t / secs, "ops/s");
   bu_result_peak_rss(name, t);
   return 0;

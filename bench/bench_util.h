@@ -672,6 +672,24 @@ static inline double bu_span_seconds(const bu_span *s, size_t stride_bytes, int 
   return hi - lo;
 }
 
+/* Beside that span, for more than one thread: the longest single thread's (end - start) as
+ * `thread_max` and how far apart the threads started as `start_skew`. On many cores one late
+ * or slow thread sets max(end) - min(start); these two say which it was (a thread that
+ * started late, or one whose own work ran long). */
+static inline void bu_result_spans(const char *bench, int threads, const bu_span *s,
+                                   size_t stride_bytes, int n) {
+  if (n < 2) return;
+  double longest = 0, first = 0, last = 0;
+  for (int i = 0; i < n; i++) {
+    const bu_span *x = (const bu_span *)((const char *)s + (size_t)i * stride_bytes);
+    if (x->end - x->start > longest) longest = x->end - x->start;
+    if (i == 0 || x->start < first) first = x->start;
+    if (i == 0 || x->start > last) last = x->start;
+  }
+  bu_result(bench, threads, "thread_max", longest, "s");
+  bu_result(bench, threads, "start_skew", last - first, "s");
+}
+
 /* A counter owned by one thread and read by another (the sampler): own cache line,
  * relaxed atomics, so there is no data race and no false sharing. */
 typedef struct {

@@ -122,6 +122,7 @@ int main(int argc, char **argv) {
   bu_sink(sum);
   double writes = (double)t * (double)G.objects * (double)G.reps * (double)size * FS_BATCH;
   bu_result(FS_NAME, t, "time", secs, "s");
+  bu_result_spans(FS_NAME, t, &ws[0].span, sizeof ws[0], t);
   bu_result(FS_NAME, t, "throughput", writes / secs, "ops/s");
   bu_result_peak_rss(FS_NAME, t);
   return 0;

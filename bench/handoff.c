@@ -184,6 +184,7 @@ int main(int argc, char **argv) {
   bu_sink(sum);
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "time", secs, "s");
+  bu_result_spans(name, t, &ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "throughput", (double)G.per_producer * producers / secs, "ops/s");
   bu_result_peak_rss(name, t);
   return 0;

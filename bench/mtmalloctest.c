@@ -71,6 +71,7 @@ int main(int argc, char **argv) {
   bu_run_workers(t, worker, ws, sizeof ws[0], &G.start);
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   bu_result("mtmalloctest", t, "time", secs, "s");
+  bu_result_spans("mtmalloctest", t, &ws[0].span, sizeof ws[0], t);
   bu_result("mtmalloctest", t, "throughput", (double)G.rounds_per_thread * (double)t * (double)batch / secs, "ops/s");
   bu_result_peak_rss("mtmalloctest", t);
   return 0;

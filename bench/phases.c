@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
   const char *name = wide ? "phases-large" : "phases-small";
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "time", secs, "s");
+  bu_result_spans(name, t, &ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "throughput", (double)pairs * (double)rounds / secs, "ops/s");
   bu_result_peak_rss(name, t);
   return 0;

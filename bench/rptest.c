@@ -133,6 +133,7 @@ int main(int argc, char **argv) {
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   bu_sink(sum);
   bu_result("rptest", t, "time", secs, "s");
+  bu_result_spans("rptest", t, &ws[0].span, sizeof ws[0], t);
   bu_result("rptest", t, "throughput", (double)rounds * t * (double)(blocks + ops) / secs,
             "ops/s");
   bu_result_peak_rss("rptest", t);

@@ -77,6 +77,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < t; i++) bu_thread_join(tids[i]);
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "time", secs, "s");
+  bu_result_spans(name, t, &ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "throughput", (double)total * (double)rounds / secs, "ops/s");
   bu_result_peak_rss(name, t);
   return 0;

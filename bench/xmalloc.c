@@ -130,6 +130,7 @@ int main(int argc, char **argv) {
   for (batch_t *b; (b = queue_take()) != NULL;) sum += batch_free(b);
   bu_sink(sum);
   bu_result("xmalloc", t, "time", secs, "s");
+  bu_result_spans("xmalloc", t, &ws[0].span, sizeof ws[0], t);
   bu_result("xmalloc", t, "throughput", (double)G.batches_per_thread * t * (double)batch / secs,
             "ops/s");
   bu_result_peak_rss("xmalloc", t);
