@@ -90,6 +90,45 @@ static void held_counts_segments_only(void) {
   for (int i = 0; i < N; i++) trove_free(b[i]);
 }
 
+/* A large buffer freed and then taken by a shorter request: the 4 MiB regions past the
+ * request's part go back into the cache as a mapping of their own (large.c, split_tail), so
+ * that the next requests reuse those pages. `sort -S 64M --parallel=4` frees its 64 MiB
+ * buffer, then takes four of 16 MiB: the first kept the other 48 MiB in its mapping, unused,
+ * while the next three were mapped fresh (held 112 MiB). Each piece is its own block:
+ * contents kept apart, calloc zeroes a piece that held data, each frees once. */
+static void large_tail_reused(void) {
+  const size_t mib = 1u << 20;
+  trove_malloc_trim(0);                     /* no cached mapping from the tests before */
+  trove_stats_get(&st);
+  size_t held0 = st.held;
+  unsigned char *big = trove_malloc(64 * mib);
+  CHECK(big != NULL);
+  for (size_t i = 0; i < 64 * mib; i += 4096) big[i] = 0xa5;
+  trove_free(big);
+  unsigned char *q[4];
+  for (int k = 0; k < 4; k++) {
+    q[k] = k & 1 ? trove_calloc(1, 16 * mib) : trove_malloc(16 * mib);
+    CHECK(q[k] != NULL);
+    if (k & 1)
+      for (size_t i = 0; i < 16 * mib; i += 4093) CHECK(q[k][i] == 0);
+    for (size_t i = 0; i < 16 * mib; i += 4096) q[k][i] = (unsigned char)(k + 1);
+    q[k][16 * mib - 1] = (unsigned char)(k + 1);
+  }
+  trove_stats_get(&st);
+  /* 64 MiB for the first three (4 MiB of alignment each) and at most a fresh 16 for the last */
+  CHECK(st.held - held0 <= 84 * mib);
+  CHECK(st.large_objects >= 4);
+  for (int k = 0; k < 4; k++) {
+    for (size_t i = 0; i < 16 * mib; i += 4096) CHECK(q[k][i] == (unsigned char)(k + 1));
+    CHECK(q[k][16 * mib - 1] == (unsigned char)(k + 1));
+    CHECK(trove_malloc_usable_size(q[k]) >= 16 * mib);
+  }
+  for (int k = 0; k < 4; k++) trove_free(q[k]);
+  trove_stats_get(&st);
+  CHECK(st.large_objects == 0);
+  trove_malloc_trim(0);
+}
+
 /* A burst freed and collected goes back, and is counted once in purged_bytes (test_options'
  * `purgecount` probe checks the case that counted it twice: segments purged, then unmapped). */
 static void purged_counted_once(void) {
@@ -809,6 +848,7 @@ int main(int argc, char **argv) {
   no_false_sharing();
   threads_within_bounds();
   held_counts_segments_only();
+  large_tail_reused();
   void *keep[64];
   for (int i = 0; i < 64; i++) keep[i] = trove_malloc((size_t)(i + 1) * 24);
   void *med = trove_malloc(300 * 1024), *big = trove_malloc(3u << 20);
