@@ -372,11 +372,28 @@ static void excess_purge(trove_large_t *list) {
 }
 
 /* The process is about to take fresh memory (the page heap maps a segment): cached mappings
- * kept resident past the budget go back first. */
+ * kept resident past the budget go back first, and so do those that no request has taken
+ * for an eighth of the purge delay. Within the budget a freed buffer waited for the whole
+ * delay while the program built its small objects beside it, so that it counted in the peak:
+ * `jq -R -s` over 8 MB of text frees the 14 MB string it read the input into, then builds
+ * 182k arrays, peak RSS 104 MiB against glibc's 92 (88 with this). A buffer that comes back
+ * within the eighth (a request's, reused as the heap grows) stays; one that came back later
+ * is faulted in again, once per segment the heap grows by at most. */
 void _trove_large_trim(void) {
-  if (atomic_load_explicit(&excess_since, memory_order_relaxed) == 0) return;
   large_lock();
-  trove_large_t *purge = excess_take();
+  trove_large_t *purge = atomic_load_explicit(&excess_since, memory_order_relaxed) != 0
+                             ? excess_take() : NULL;
+  if (cache_resident > 0) {
+    uint64_t now = _trove_os_now_ms(), idle = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 8;
+    for (trove_large_t *l = cache, *next; l; l = next) {
+      next = l->next;
+      if (l->resident && now - l->freed_at >= idle) {
+        cache_remove(l);
+        l->next = purge;
+        purge = l;
+      }
+    }
+  }
   pthread_mutex_unlock(&_trove_locks.large);
   excess_purge(purge);
 }

@@ -129,6 +129,35 @@ static void large_tail_reused(void) {
   trove_malloc_trim(0);
 }
 
+/* A large buffer freed and not taken back for an eighth of the purge delay goes back to the
+ * OS when the heap next takes fresh memory (large.c, _trove_large_trim), rather than wait the
+ * whole delay resident beside what the program builds meanwhile (jq frees the string it read
+ * its input into, then builds its arrays). */
+static void large_idle_given_back_on_growth(void) {
+  const size_t mib = 1u << 20;
+  enum { N = 48 * 1024 };
+  static void *v[N];
+  trove_malloc_trim(0);
+  unsigned char *big = trove_malloc(16 * mib);
+  CHECK(big != NULL);
+  for (size_t i = 0; i < 16 * mib; i += 4096) big[i] = 1;
+  trove_free(big);
+  trove_stats_get(&st);
+  size_t purged0 = st.purged_bytes, segments0 = st.segments;
+  struct timespec ts = {0, 100 * 1000 * 1000};   /* past 250 / 8 ms, within 250 */
+  nanosleep(&ts, NULL);
+  for (int i = 0; i < N; i++) {                  /* 48 MiB of small blocks: fresh segments */
+    v[i] = trove_malloc(1000);
+    CHECK(v[i] != NULL);
+    memset(v[i], 1, 1000);
+  }
+  trove_stats_get(&st);
+  CHECK(st.segments > segments0);
+  CHECK(st.purged_bytes - purged0 >= 15 * mib);
+  for (int i = 0; i < N; i++) trove_free(v[i]);
+  trove_malloc_trim(0);
+}
+
 /* A burst freed and collected goes back, and is counted once in purged_bytes (test_options'
  * `purgecount` probe checks the case that counted it twice: segments purged, then unmapped). */
 static void purged_counted_once(void) {
@@ -849,6 +878,7 @@ int main(int argc, char **argv) {
   threads_within_bounds();
   held_counts_segments_only();
   large_tail_reused();
+  large_idle_given_back_on_growth();
   void *keep[64];
   for (int i = 0; i < 64; i++) keep[i] = trove_malloc((size_t)(i + 1) * 24);
   void *med = trove_malloc(300 * 1024), *big = trove_malloc(3u << 20);
