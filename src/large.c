@@ -3,7 +3,8 @@
  * after the purge delay: up to 64 of them, of which at most LARGE_CACHE_MB or a third of
  * the live large bytes (whichever is more) stay resident; past that the cache is purged
  * (madvise) down to that budget after the purge delay or as soon as the process takes fresh
- * memory (see _trove_large_free), which keeps the peak RSS as low as unmapping would, and
+ * memory (see _trove_large_free; then those idle for an eighth of the delay go back as well,
+ * see _trove_large_trim), which keeps the peak RSS as low as unmapping would, and
  * reusing a purged mapping costs the page faults but not the mmap and two munmaps (4 MiB
  * alignment) of a fresh one.
  * A request takes the cached mapping nearest its size (see cache_take) and resizes it: a growth
