@@ -56,6 +56,8 @@ typedef struct trove_stats_s {
   size_t medium_objects;     /* objects carved as page runs */
   size_t medium_bytes;
   size_t medium_cached_bytes; /* freed medium runs kept by threads for reuse (not in use) */
+  size_t spare_bytes;        /* empty superblocks past K kept by threads for their next burst
+                                (not in use; docs/DESIGN.md, "Spare superblocks") */
   size_t pool_superblocks;   /* superblocks in the shared pool (abandoned or released) */
   size_t pool_bytes;
   size_t free_page_bytes;    /* free page runs in segments, dirty + purged */

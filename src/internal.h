@@ -373,6 +373,13 @@ typedef struct trove_heap_s {
   uint64_t mcache_map[(TROVE_MCACHE_BINS + 63) / 64];
   uint32_t mcache_pages;
   uint64_t mcache_oldest;                  /* no cached run was freed before this (ms) */
+  /* empty superblocks past K kept for the thread's next burst (heap.c, "spare superblocks"),
+   * a list per class and a bitmap of the lists that are not empty, under mcache_lock too */
+  trove_sb_t *spare[TROVE_CLASSES];
+  uint64_t spare_map[(TROVE_CLASSES + 63) / 64];
+  uint32_t spare_pages;
+  uint32_t spare_streak;                   /* empty ones past K since a superblock was taken */
+  uint64_t spare_oldest;                   /* none was put there before this (ms) */
   _Atomic uint8_t mcache_lock;             /* the cache: its owner's, or a sweep's (heap.c) */
   int64_t medium_net;                      /* medium pages it allocated minus those it freed */
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */

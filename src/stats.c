@@ -94,6 +94,8 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
     st->superblocks_abandoned += h->c.abandoned;
     st->superblocks_claimed += h->c.claimed;
     st->blocks_borrowed += h->c.borrowed;
+    st->spare_bytes += (size_t)__atomic_load_n(&h->spare_pages, __ATOMIC_RELAXED)
+                       << TROVE_PAGE_SHIFT;
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
   st->held = atomic_load(&_trove_os_mapped);
@@ -134,6 +136,7 @@ TROVE_API void trove_stats_print(FILE *out) {
   kib(out, "  of which dirty", st.dirty_page_bytes);
   kib(out, "medium objects", st.medium_bytes);
   kib(out, "medium thread caches", st.medium_cached_bytes);
+  kib(out, "spare superblocks", st.spare_bytes);
   kib(out, "large objects", st.large_bytes);
   kib(out, "shared pool", st.pool_bytes);
   fprintf(out, "  segments %zu, medium %zu, large %zu, pool superblocks %zu\n", st.segments,

@@ -363,11 +363,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     free(t);
   } else if (strcmp(mode, "grow") == 0 || strcmp(mode, "nogrow") == 0) {
-    /* Batches of 32 KiB blocks (2 a superblock at first), all freed: 512 a batch (16 MiB,
-     * far past K, so empty superblocks leave the heap and fresh ones are carved), or 16
-     * (512 KiB, within K: the same superblocks serve every batch). Then the blocks a
-     * superblock of the class holds, counted while the last batch is live. */
-    enum { MAX = 512 };
+    /* Batches of 32 KiB blocks (2 a superblock at first), all freed: 1,024 a batch (32 MiB,
+     * far past K and the heap's spare superblocks, so empty superblocks leave the heap and
+     * fresh ones are carved), or 16 (512 KiB, within K: the same superblocks serve every
+     * batch). Then the blocks a superblock of the class holds, counted while the last batch
+     * is live. */
+    enum { MAX = 1024 };
     static void *q[MAX];
     int per = strcmp(mode, "grow") == 0 ? MAX : 16;
     for (int round = 0; round < 200; round++) {
