@@ -1305,7 +1305,8 @@ static void medium_cache_trim(trove_heap_t *h, bool all) {
  *   from the second it stayed level and rptest kept its gain;
  * - at most three times K a heap (4.5 MiB), and the live heaps' spares together at most
  *   32 MiB, as the medium cache's fixed parts; none with threads crowding the CPUs, none in
- *   a shared heap, none with K at 0 (an operator's strict bound);
+ *   a shared heap, none with K at 0 or TROVE_DIRTY_MAX_MB set (an operator's strict bounds:
+ *   the pool keeps no empty ones then either);
  * - none while other threads take fresh pages: the pages kept here would be pages those
  *   fault in anew; and when this heap takes fresh pages itself, its spares did not fit its
  *   requests and go to the page heap, where they merge with their neighbours; so do those
@@ -1319,7 +1320,9 @@ static void medium_cache_trim(trove_heap_t *h, bool all) {
 #define SPARE_ALL_PAGES (((size_t)32 << 20) >> TROVE_PAGE_SHIFT)
 static size_t spare_cap(trove_heap_t *h) {
   size_t cap = 3 * (size_t)TROVE_OPT(BLOWUP_K) * TROVE_SB_PAGES;
-  if (cap == 0 || h->shared || crowded() || others_fresh(h)) return 0;
+  if (cap == 0 || _trove_options_set[TROVE_OPT_DIRTY_MAX_MB] || h->shared || crowded() ||
+      others_fresh(h))
+    return 0;
   size_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
   if (alive > 1 && cap * alive > SPARE_ALL_PAGES) cap = SPARE_ALL_PAGES / alive;
   return cap;

@@ -178,6 +178,14 @@ check("a heap takes back the empty superblocks it released past K",
       value(run("refill").stdout, "adopted_in_refill") >= 8)
 check("with TROVE_DIRTY_MAX_MB set they go to the page heap",
       value(run("refill", TROVE_DIRTY_MAX_MB=64).stdout, "adopted_in_refill") == 0)
+# empty superblocks past K freed in a streak wait with their heap as spares (heap.c), but
+# not past the operator's strict bounds
+check("a burst past K keeps spare superblocks",
+      value(run("spares").stdout, "spare_kib") >= 1024)
+check("with TROVE_DIRTY_MAX_MB set, no spares",
+      value(run("spares", TROVE_DIRTY_MAX_MB=64).stdout, "spare_kib") == 0)
+check("with TROVE_BLOWUP_K=0, no spares",
+      value(run("spares", TROVE_BLOWUP_K=0).stdout, "spare_kib") == 0)
 # down to superblocks of 8 blocks (2 KiB blocks: 16 a superblock); those of 2-4 blocks
 # (16 KiB) are cheaper to carve again and go to the page heap
 p = subprocess.run([PROBE, "refill", "2048"], env={k: v for k, v in os.environ.items()
