@@ -66,9 +66,10 @@ static void *alloc_zero(size_t size) {
   }
   _trove_init();
   void *p;
+  bool collected = false;
   do p = size <= TROVE_MEDIUM_MAX ? _trove_malloc_medium(size, 0, true)
                                   : _trove_large_alloc(size, 0, true);
-  while (p == NULL && _trove_heap_release_cache());
+  while (p == NULL && _trove_heap_release_cache(&collected));
   if (p == NULL) _trove_os_set_enomem();
   return p;
 }
@@ -215,44 +216,45 @@ static TROVE_NOINLINE void *alloc_aligned(size_t align, size_t size) {
   size_t rounded = (size + align - 1) & ~(align - 1);
   if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
     size_t cls = _trove_class_aligned[__builtin_ctzl(align) - 4][_trove_size_class(rounded)];
-    _trove_exact_class = true;           /* no block of a larger class (heap.c, borrow) */
+    _trove_aligned_call = true;
     void *p = _trove_malloc_inline(_trove_class_size[cls]);
-    _trove_exact_class = false;
-    return p;
+    _trove_aligned_call = false;
+    if (p) return p;
+    goto enomem;
   }
   _trove_init();
   void *p;
+  bool collected = false;
   do {
     if (rounded <= TROVE_MEDIUM_MAX && align <= TROVE_MEDIUM_MAX)
       p = _trove_malloc_medium(rounded > TROVE_SMALL_MAX ? rounded : TROVE_SMALL_MAX + 1, align,
                                false);
     else
       p = _trove_large_alloc(size, align, false);
-  } while (p == NULL && _trove_heap_release_cache());
+  } while (p == NULL && _trove_heap_release_cache(&collected));
   if (p) return p;
 enomem:
   _trove_os_set_enomem();
   return NULL;
 }
 
-/* The aligned fast path's class had no free block at hand in its current superblock (or the
- * thread has none): malloc's slow path for that superblock, found again here, as alloc_aligned
- * would reach it through _trove_malloc_inline(class size), without a larger class's block. Going there
- * through alloc_aligned cost 90 instructions more a call (the checks, the class found again,
- * posix_memalign_slow's errno): in random replacement of 16 B - 16 KiB blocks at 16 B - 4 KiB
- * alignments (bench/aligned) a third of the calls took it. Each caller tail-calls its own
- * kind with the request's arguments, so that the fast paths keep nothing across a call and
- * compute no more than they use. */
-static void *aligned_refill(size_t align, size_t size) {
-  size_t cs = 0;
-  trove_sb_t *sb = _trove_aligned_sb(align, size, &cs);   /* again: the fast path keeps less */
-  _trove_exact_class = true;
-  void *p = _trove_malloc_generic(cs, _trove_tls_heap, sb);
-  _trove_exact_class = false;
+/* The aligned fast path's class had no free block at hand in its current superblock `sb` (or
+ * the thread has none): malloc's slow path for that superblock and class size `cs`, as
+ * alloc_aligned would reach it through _trove_malloc_inline(cs), without a larger class's
+ * block and without touching errno; NULL when out of memory. The fast paths tail-call it
+ * with what they found. In random replacement of 16 B - 16 KiB blocks at 16 B - 4 KiB
+ * alignments (bench/aligned) a third of the calls come here: through alloc_aligned they
+ * took 90 instructions more (the checks, the class found again, posix_memalign_slow's
+ * errno); finding the superblock and class again here, and saving errno, 40 more. */
+static void *aligned_refill(trove_sb_t *sb, size_t key) {
+  _trove_aligned_call = true;
+  void *p = _trove_malloc_generic(_trove_aligned_key_size(key), _trove_tls_heap, sb);
+  _trove_aligned_call = false;
   return p;
 }
-static TROVE_NOINLINE void *aligned_alloc_refill(size_t align, size_t size) {
-  void *p = aligned_refill(align, size);
+static TROVE_NOINLINE void *aligned_alloc_refill(size_t align, size_t size, trove_sb_t *sb,
+                                                 size_t key) {
+  void *p = aligned_refill(sb, key);
   return likely(p != NULL) ? p : alloc_aligned(align, size);
 }
 
@@ -268,35 +270,32 @@ static TROVE_NOINLINE int posix_memalign_slow(void **out, size_t align, size_t s
   return 0;
 }
 
-static TROVE_NOINLINE int posix_memalign_refill(void **out, size_t align, size_t size) {
-  int saved = errno;
-  void *p = aligned_refill(align, size);
-  if (unlikely(p == NULL)) {
-    errno = saved;
-    return posix_memalign_slow(out, align, size);
-  }
+static TROVE_NOINLINE int posix_memalign_refill(void **out, size_t align, size_t size,
+                                                trove_sb_t *sb, size_t key) {
+  void *p = aligned_refill(sb, key);
+  if (unlikely(p == NULL)) return posix_memalign_slow(out, align, size);
   *out = p;
   return 0;
 }
 
 int _trove_posix_memalign(void **out, size_t align, size_t size) {
   if (unlikely(!is_pow2(align) || align % sizeof(void *))) return EINVAL;
-  size_t cs;
-  trove_sb_t *sb = _trove_aligned_sb(align, size, &cs);
+  size_t key;
+  trove_sb_t *sb = _trove_aligned_sb(align, size, &key);
   if (unlikely(sb == NULL)) return posix_memalign_slow(out, align, size);
   trove_block_t *b = sb->free;
-  if (unlikely(b == NULL)) return posix_memalign_refill(out, align, size);
+  if (unlikely(b == NULL)) return posix_memalign_refill(out, align, size, sb, key);
   *out = _trove_sb_pop(sb, b);
   return 0;
 }
 
 /* aligned_alloc and memalign, once `align` is a power of two. */
 static inline void *aligned_inline(size_t align, size_t size) {
-  size_t cs;
-  trove_sb_t *sb = _trove_aligned_sb(align, size, &cs);
+  size_t key;
+  trove_sb_t *sb = _trove_aligned_sb(align, size, &key);
   if (unlikely(sb == NULL)) return alloc_aligned(align, size);
   trove_block_t *b = sb->free;
-  if (unlikely(b == NULL)) return aligned_alloc_refill(align, size);
+  if (unlikely(b == NULL)) return aligned_alloc_refill(align, size, sb, key);
   return _trove_sb_pop(sb, b);
 }
 

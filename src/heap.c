@@ -32,7 +32,7 @@ trove_heap_t _trove_heap_empty = {
 };
 __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))) =
     &_trove_heap_empty;
-__thread bool _trove_exact_class __attribute__((tls_model("initial-exec")));
+__thread bool _trove_aligned_call __attribute__((tls_model("initial-exec")));
 
 trove_heap_t *_trove_heaps_all;
 static trove_heap_t *heaps_free;
@@ -2240,7 +2240,7 @@ static trove_sb_t *find_superblock(trove_heap_t *h, size_t cls, void **lent) {
  * 28.2 MiB peak RSS without first borrows, 24.7 with). */
 #define TROVE_FIRST_BORROWS 64
 static void *borrow(trove_heap_t *h, size_t cls) {
-  if (_trove_exact_class) return NULL;
+  if (_trove_aligned_call) return NULL;
   size_t bs = _trove_class_size[cls];
   for (size_t c = cls + 1; c <= cls + 2 && c < TROVE_CLASSES; c++) {
     if (_trove_class_size[c] > bs + bs / 4) break;
@@ -2453,17 +2453,29 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   return (void *)run->start;
 }
 
-/* Out of memory or address space: the calling thread's cached medium runs go back to the
- * page heap, whose segments can then be unmapped; true if it had some (try again). */
-bool _trove_heap_release_cache(void) {
+/* Out of memory or address space, a request failed: free memory that trove keeps goes back so
+ * that the caller can try again, true if there may be some. First the calling thread's cached
+ * medium runs and spare superblocks (cheap, and most often enough); once those are gone, once
+ * per failing request (*collected), what malloc_trim gives back: every heap's empty
+ * superblocks within K, the pool's, idle threads' caches, exited threads' heaps. The page
+ * heap then unmaps the segments that emptied (its own failure path purges only what is
+ * already free). Without that, a program that freed 51 MiB under RLIMIT_AS could not
+ * allocate 32 MiB afterwards, since the empty superblocks within K kept their segments
+ * mapped (test_enomem). */
+bool _trove_heap_release_cache(bool *collected) {
   trove_heap_t *h = _trove_tls_heap;
-  if (h == &_trove_heap_empty) return false;
-  mc_lock(h);
-  bool had = h->mcache_pages != 0 || spare_pages(h) != 0;
-  mcache_trim_locked(h, 0, true);
-  spare_trim_locked(h, 0, true);
-  mc_unlock(h);
-  return had;
+  if (h != &_trove_heap_empty) {
+    mc_lock(h);
+    bool had = h->mcache_pages != 0 || spare_pages(h) != 0;
+    mcache_trim_locked(h, 0, true);
+    spare_trim_locked(h, 0, true);
+    mc_unlock(h);
+    if (had) return true;
+  }
+  if (*collected) return false;
+  *collected = true;
+  _trove_heap_collect(h, true);
+  return true;
 }
 
 void *_trove_malloc_medium(size_t size, size_t align, bool zero) TROVE_HIDDEN;
@@ -2532,16 +2544,20 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   }
   if (size > TROVE_SMALL_MAX) {
     void *p;
+    bool collected = false;
     do p = size <= TROVE_MEDIUM_MAX ? malloc_medium(h, size, 0) : _trove_large_alloc(size, 0, false);
-    while (p == NULL && _trove_heap_release_cache());
+    while (p == NULL && _trove_heap_release_cache(&collected));
     if (p == NULL) goto enomem;
     return p;
   }
-  void *p = heap_alloc_small(h, _trove_size_class_lookup(size), true);
+  void *p;
+  bool collected = false;
+  do p = heap_alloc_small(h, _trove_size_class_lookup(size), true);
+  while (p == NULL && _trove_heap_release_cache(&collected));
   if (p == NULL) goto enomem;
   return p;
 enomem:
-  _trove_os_set_enomem();
+  if (!_trove_aligned_call) _trove_os_set_enomem();   /* see _trove_aligned_call */
   return NULL;
 }
 

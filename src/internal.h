@@ -423,9 +423,11 @@ _Static_assert(offsetof(trove_heap_t, remote_pending) + 4 <=
 extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first malloc */
 extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */
 extern __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec")));
-/* Set around an aligned request (alloc.c): its class was picked for its alignment, so the
- * slow path must not lend it a block of a larger class (heap.c, borrow). */
-extern __thread bool _trove_exact_class __attribute__((tls_model("initial-exec")));
+/* Set around an aligned request's call of malloc's slow path (alloc.c): its class was picked
+ * for its alignment, so the slow path must not lend it a block of a larger class (heap.c,
+ * borrow); and on failure it leaves errno alone, since alloc.c's aligned paths try again and
+ * set it themselves, or (posix_memalign) must not change it. */
+extern __thread bool _trove_aligned_call __attribute__((tls_model("initial-exec")));
 
 /* A thread of this process runs on `h` (or it is shared): `alive` set in the parent of a fork
  * and never cleared in the child marks a heap whose thread the child does not have. */
@@ -441,7 +443,7 @@ void _trove_free_other(trove_block_t *b, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_unmapped(void *p) TROVE_HIDDEN;
 void _trove_heap_thread_done(void *h) TROVE_HIDDEN;
 void _trove_heap_collect(trove_heap_t *h, bool force) TROVE_HIDDEN;
-bool _trove_heap_release_cache(void) TROVE_HIDDEN;
+bool _trove_heap_release_cache(bool *collected) TROVE_HIDDEN;
 void _trove_heaps_fork_child(void) TROVE_HIDDEN;
 void _trove_pool_sweep(void) TROVE_HIDDEN;
 void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
@@ -664,18 +666,21 @@ TROVE_INLINE void *_trove_malloc_inline(size_t size) {
 
 /* An aligned request (a power of two `align`) served as malloc is: the class of `size`, moved
  * up to the first class whose size `align` divides, popped from its current superblock. This
- * finds that superblock (the empty one if the thread has none) and the class size, *cs; NULL
- * when this path does not serve the request (larger than a small block or a page's
- * alignment), which alloc.c's slow path then takes. Through the general path,
- * posix_memalign(64, 48-248 B) took 100 instructions against malloc's 15; with three lookups
- * here, 46; with _trove_aligned_slot, 32 (35 for posix_memalign: its checks). */
-TROVE_INLINE trove_sb_t *_trove_aligned_sb(size_t align, size_t size, size_t *cs) {
+ * finds that superblock (the empty one if the thread has none) and a key to the class for
+ * the slow path, *key (_trove_aligned_key_size gives its size); NULL when this path does not
+ * serve the request (larger than a small block or a page's alignment), which alloc.c's slow
+ * path then takes. Through the general path, posix_memalign(64, 48-248 B) took 100
+ * instructions against malloc's 15; with three lookups here, 46; with _trove_aligned_slot,
+ * 32 (35 for posix_memalign: its checks). The key is what each branch has at hand, the
+ * direct[] slot or 256 + the class, so that the fast path computes no class size it does
+ * not use (the size itself, set on both branches, cost the pop an instruction). */
+TROVE_INLINE trove_sb_t *_trove_aligned_sb(size_t align, size_t size, size_t *key) {
   trove_heap_t *h = _trove_tls_heap;
   size_t lg = (size_t)__builtin_ctzl(align);
   if (likely(size <= TROVE_DIRECT_MAX && lg <= TROVE_ALIGN_DIRECT_LG)) {
     size_t slot = _trove_aligned_slot[lg][(size + 15) >> 4];
     if (unlikely(slot == 0)) return NULL;
-    *cs = slot << 4;                               /* the class size: slots are its 16ths */
+    *key = slot;
     trove_sb_t *sb = h->direct[slot];
     if (sb == NULL) __builtin_unreachable();       /* never: so the caller's NULL test folds */
     return sb;
@@ -683,12 +688,20 @@ TROVE_INLINE trove_sb_t *_trove_aligned_sb(size_t align, size_t size, size_t *cs
   if (unlikely(size > TROVE_SMALL_MAX || lg > TROVE_PAGE_SHIFT)) return NULL;
   if (lg < 4) lg = 4;                              /* every block is 16-byte aligned */
   size_t cls = _trove_class_aligned[lg - 4][_trove_size_class_lookup(size)];
-  *cs = _trove_class_size[cls];
-  /* in coarse mode direct[] may hold a coarse class's superblock: as aligned (size_class.c) */
-  trove_sb_t *sb = *cs <= TROVE_DIRECT_MAX ? h->direct[(*cs + 15) >> 4] : h->cur[cls];
+  *key = 256 + cls;
+  /* Here the class is above TROVE_DIRECT_MAX (the size is, or the alignment is above
+   * 2^TROVE_ALIGN_DIRECT_LG), so its superblock is in cur[], never in direct[]. */
+  trove_sb_t *sb = h->cur[cls];
   if (sb == NULL) __builtin_unreachable();
   return sb;
 }
+/* The class size of _trove_aligned_sb's key: slots are 16ths of it. */
+TROVE_INLINE size_t _trove_aligned_key_size(size_t key) {
+  return key < 256 ? key << 4 : _trove_class_size[key - 256];
+}
+_Static_assert(TROVE_CLASSES <= 256 && TROVE_DIRECT_SLOTS <= 256, "aligned keys are distinct");
+_Static_assert(((size_t)2 << TROVE_ALIGN_DIRECT_LG) > TROVE_DIRECT_MAX,
+               "an alignment past the direct[] rows makes a class above TROVE_DIRECT_MAX");
 
 void _trove_free_bad(void *p, trove_sb_t *sb) TROVE_HIDDEN;
 /* The trove_ functions under names the standard ones reach without the PLT (alloc.c) */

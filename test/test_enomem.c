@@ -106,6 +106,19 @@ static int child(void *arg) {
   errno = 0;
   p = T_ALIGNED_ALLOC(32, 64);
   CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(32, 64) = %p errno %d", p, errno);
+  /* The same through the aligned fast path's other branch (a class above 1 KiB, picked by
+   * size class and alignment rather than by direct[] slot), once malloc(4096) has run out
+   * too: posix_memalign(2048, 3000) takes that class. */
+  for (; (p = T_MALLOC(4096)) != NULL; nsmall++) {
+    small = push(small, p);
+    CHECKF(nsmall < 4 * MARGIN / 64, "too many blocks under the limit");
+  }
+  errno = EDOM;
+  rc = T_POSIX_MEMALIGN(&p, 2048, 3000);
+  CHECKF(rc == ENOMEM && errno == EDOM, "posix_memalign(2048, 3000) = %d, errno %d", rc, errno);
+  errno = 0;
+  p = T_ALIGNED_ALLOC(2048, 3000);
+  CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(2048, 3000) = %p errno %d", p, errno);
   errno = 0;
   p = T_ALIGNED_ALLOC(4096, TH_MIB);
   CHECK(p == NULL && errno == ENOMEM);
