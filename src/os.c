@@ -212,6 +212,23 @@ size_t _trove_os_rss(void) {
   return pages * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* Replace [p, p + size) (page-aligned memory of this process that holds only zeros, such as
+ * the segment map in .bss) with a fresh zero mapping that is not charged to the system's
+ * commit count (MAP_NORESERVE; the loader's mapping of .bss is charged whole). Not under
+ * strict overcommit (vm.overcommit_memory=2): there the kernel ignores MAP_NORESERVE, and
+ * may unmap the old range before it refuses the charge, leaving a hole. True if replaced.
+ * Readers of the range meanwhile fault on the kernel's mmap lock and see zeros either way. */
+bool _trove_os_uncharge_zeros(void *p, size_t size) {
+  char mode[8];
+  if (read_file("/proc/sys/vm/overcommit_memory", mode, sizeof mode) <= 0 || mode[0] == '2')
+    return false;
+  int saved = errno;
+  void *q = mmap(p, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  errno = saved;
+  return q == p;
+}
+
 void _trove_os_write_stderr(const char *s, size_t n) { _trove_os_write_fd(2, s, n); }
 
 void _trove_os_write_fd(int fd, const char *s, size_t n) {

@@ -7,7 +7,19 @@
 
 uint8_t _trove_segmap[TROVE_SEGMAP_SIZE] __attribute__((aligned(4096)));
 
+/* The map is 32 MiB of .bss, a byte per 4 MiB of 47-bit address space, of which a process
+ * writes a page or two (a page covers 16 GiB). The loader charges .bss whole to the system's
+ * commit count: each process that preloaded trove added 33 MiB to Committed_AS (glibc's
+ * `sleep` 0.4 MiB), which is what strict-overcommit hosts and memory monitors count. So before
+ * its first entry is set the map is replaced by an uncharged zero mapping (os.c), which
+ * faults in only the pages written. Its size and page alignment keep the replacement to the
+ * map's own pages. */
+_Static_assert(TROVE_SEGMAP_SIZE % 4096 == 0, "the segment map is whole pages");
+static pthread_once_t segmap_once = PTHREAD_ONCE_INIT;
+static void segmap_uncharge(void) { (void)_trove_os_uncharge_zeros(_trove_segmap, TROVE_SEGMAP_SIZE); }
+
 static void segmap_set(uintptr_t a, uint8_t kind) {
+  pthread_once(&segmap_once, segmap_uncharge);
   __atomic_store_n(&_trove_segmap[a >> TROVE_SEGMENT_SHIFT], kind, __ATOMIC_RELEASE);
 }
 
