@@ -58,6 +58,10 @@ static inline void batch_queue(void);
 static bool remote_pending(trove_heap_t *h);
 static void remote_take(trove_heap_t *h, trove_block_t **lanes, unsigned *n);
 static trove_block_t *queue_take_all(trove_heap_t *h);
+static void push_remote(trove_heap_t *owner, trove_block_t *b, uint32_t flags);
+/* remote_pending's bits (see push_chain) */
+#define REMOTE_PENDING 1u                 /* the owner has blocks queued */
+#define REMOTE_MEDIUM 2u                  /* and a medium run among them, perhaps */
 static bool spare_put(trove_heap_t *h, trove_sb_t *sb);
 
 /* `parked_ms` is read without the heaps lock by a free that looks for a heap to inherit. */
@@ -539,6 +543,16 @@ void _trove_pool_sweep(void) {
     pthread_mutex_unlock(&pool->lock);
   }
   empties_to_page_heap(empty);
+  /* The queues are taken under the heaps lock and routed after it. A block of an abandoned
+   * superblock adopts it into the routing thread's heap (free_abandoned), and a thread that
+   * has none would take one (thread_heap_init, which takes that lock): routed under the
+   * lock, test_xthread's thread that only frees waited on itself for good (2 runs in 15 with
+   * three at once). Such a thread leaves those blocks queued for a sweep by a thread with a
+   * heap. (Routed after the lock with a heap taken for it, test_xthread's phase 2 RSS check
+   * failed in 2 runs of ctest -j3 in 8: what it adopted stayed with that heap, parked when
+   * the thread exited.) */
+  trove_block_t *taken = NULL;
+  bool heapless = _trove_tls_heap == &_trove_heap_empty;
   pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     /* parked heaps keep their queue for the next owner; one whose thread vanished in a fork
@@ -548,10 +562,22 @@ void _trove_pool_sweep(void) {
     for (trove_block_t *b = queue_take_all(h), *next; b; b = next) {
       next = b->next;
       uintptr_t a = (uintptr_t)b;
-      route_block(_trove_sb_of(_trove_segment_of(a), a), b);
+      trove_sb_t *sb = _trove_sb_of(_trove_segment_of(a), a);
+      if (heapless && sb->kind != TROVE_SPAN_MEDIUM &&
+          atomic_load_explicit(&sb->heap, memory_order_acquire) == TROVE_ABANDONED) {
+        push_remote(h, b, REMOTE_PENDING);
+        continue;
+      }
+      b->next = taken;
+      taken = b;
     }
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
+  for (trove_block_t *b = taken, *next; b; b = next) {
+    next = b->next;
+    uintptr_t a = (uintptr_t)b;
+    route_block(_trove_sb_of(_trove_segment_of(a), a), b);
+  }
 }
 
 /* ------------------------------------------------------------------ the sparse list */
@@ -819,8 +845,6 @@ static void push_block(_Atomic(trove_block_t *) *list, trove_block_t *b) {
  * that push's block. The set is a fetch_or, so that one push's bits never overwrite
  * another's (on 16 CPUs, one consumer freeing the blocks of 15 producers, handoff-in, ran
  * no slower with it than with a plain store: 0.161 s against 0.176, 9 runs). */
-#define REMOTE_PENDING 1u                 /* the owner has blocks queued */
-#define REMOTE_MEDIUM 2u                  /* and a medium run among them, perhaps */
 static void push_chain(trove_heap_t *owner, unsigned i, trove_block_t *first, trove_block_t *last) {
   _Atomic(trove_block_t *) *lane = &owner->remote[i];
   trove_block_t *head = atomic_load_explicit(lane, memory_order_relaxed);
