@@ -19,6 +19,20 @@ static void *push(void *list, void *p) {
   return p;
 }
 
+/* Out of memory: posix_memalign fails with ENOMEM and leaves errno alone; aligned_alloc
+ * returns NULL with errno ENOMEM. */
+static void aligned_fails(size_t align, size_t size) {
+  void *p = NULL;
+  errno = EDOM;
+  int rc = T_POSIX_MEMALIGN(&p, align, size);
+  CHECKF(rc == ENOMEM && errno == EDOM, "posix_memalign(%zu, %zu) = %d, errno %d", align, size,
+         rc, errno);
+  errno = 0;
+  p = T_ALIGNED_ALLOC(align, size);
+  CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(%zu, %zu) = %p errno %d", align, size, p,
+         errno);
+}
+
 static size_t free_list(void *list) {
   size_t n = 0;
   while (list) {
@@ -100,12 +114,7 @@ static int child(void *arg) {
   CHECKF(rc == ENOMEM, "posix_memalign(4096, 1 MiB) = %d, not ENOMEM", rc);
   /* A small aligned request in the class malloc(64) just ran out of: the aligned fast path's
    * refill (alloc.c) fails, and posix_memalign still leaves errno alone. */
-  errno = EDOM;
-  rc = T_POSIX_MEMALIGN(&p, 64, 64);
-  CHECKF(rc == ENOMEM && errno == EDOM, "posix_memalign(64, 64) = %d, errno %d", rc, errno);
-  errno = 0;
-  p = T_ALIGNED_ALLOC(32, 64);
-  CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(32, 64) = %p errno %d", p, errno);
+  aligned_fails(64, 64);
   /* The same through the aligned fast path's other branch (a class above 1 KiB, picked by
    * size class and alignment rather than by direct[] slot), once malloc(4096) has run out
    * too: posix_memalign(2048, 3000) takes that class. */
@@ -113,12 +122,7 @@ static int child(void *arg) {
     small = push(small, p);
     CHECKF(nsmall < 4 * MARGIN / 64, "too many blocks under the limit");
   }
-  errno = EDOM;
-  rc = T_POSIX_MEMALIGN(&p, 2048, 3000);
-  CHECKF(rc == ENOMEM && errno == EDOM, "posix_memalign(2048, 3000) = %d, errno %d", rc, errno);
-  errno = 0;
-  p = T_ALIGNED_ALLOC(2048, 3000);
-  CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(2048, 3000) = %p errno %d", p, errno);
+  aligned_fails(2048, 3000);
   errno = 0;
   p = T_ALIGNED_ALLOC(4096, TH_MIB);
   CHECK(p == NULL && errno == ENOMEM);
