@@ -287,7 +287,7 @@ extern uint8_t  _trove_class_slot_lo[TROVE_CLASSES], _trove_class_slot_hi[TROVE_
 /* Coarse classes, for threads that crowd the CPUs (heap.c, coarse mode): up to
  * TROVE_COARSE_MAX, the smallest class at or above `c` whose size is 2^k or 3 * 2^k (two per
  * doubling), else `c`; and the first direct[] slot of the classes that map to a coarse one. */
-#define TROVE_COARSE_MAX 2048
+#define TROVE_COARSE_MAX TROVE_SMALL_MAX
 extern uint8_t  _trove_class_coarse[TROVE_CLASSES];
 extern uint8_t  _trove_class_group_lo[TROVE_CLASSES];
 /* Aligned classes: row lg - 4 for an alignment of 2^lg bytes, 16 <= 2^lg <= TROVE_PAGE_SIZE;

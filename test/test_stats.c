@@ -703,16 +703,25 @@ static void *crowd_thread(void *arg) {
 
 /* A thread's blocks of classes it has no superblock of: while threads crowd the CPUs, from
  * the coarse class above (heap.c, coarse mode): 270, 300 and 320 B (aligned to 64) all get
- * 384-byte blocks, aligned as asked; else each its own class. */
+ * 384-byte blocks, aligned as asked, and 5,000 B (also aligned to 1 KiB: a class with no
+ * direct[] slot, served by coarse_malloc and the aligned refill) 6 KiB ones; else each its
+ * own class. */
 static void *first_block_thread(void *arg) {
   void *a = trove_malloc(300);
   void *b = trove_malloc(270);
   void *c = trove_memalign(64, 320);
+  void *d = trove_malloc(5000);
+  void *e = trove_memalign(1024, 5000);
   size_t ua = trove_malloc_usable_size(a), ub = trove_malloc_usable_size(b);
-  size_t uc = trove_malloc_usable_size(c);
-  CHECK(((uintptr_t)c & 63) == 0);
-  *(bool *)arg = ua == 384 && ub == 384 && uc == 384;
-  if (!*(bool *)arg) CHECK(ua == 320 && ub == 288 && uc == 320);
+  size_t uc = trove_malloc_usable_size(c), ud = trove_malloc_usable_size(d);
+  size_t ue = trove_malloc_usable_size(e);
+  CHECK(((uintptr_t)c & 63) == 0 && ((uintptr_t)e & 1023) == 0);
+  *(bool *)arg = ua == 384 && ub == 384 && uc == 384 && ud == 6144 && ue == 6144;
+  if (!*(bool *)arg) CHECK(ua == 320 && ub == 288 && uc == 320 && ud == 5120 && ue == 5120);
+  memset(d, 1, ud);
+  memset(e, 2, ue);
+  trove_free(e);
+  trove_free(d);
   trove_free(c);
   trove_free(b);
   trove_free(a);
