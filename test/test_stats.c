@@ -706,6 +706,7 @@ static void *crowd_thread(void *arg) {
  * 384-byte blocks, aligned as asked, and 5,000 B (also aligned to 1 KiB: a class with no
  * direct[] slot, served by coarse_malloc and the aligned refill) 6 KiB ones; else each its
  * own class. */
+static bool crowd_shares;   /* the crowd of medium_cache_crowded also shares classes */
 static void *first_block_thread(void *arg) {
   void *a = trove_malloc(300);
   void *b = trove_malloc(270);
@@ -720,6 +721,16 @@ static void *first_block_thread(void *arg) {
   if (!*(bool *)arg) CHECK(ua == 320 && ub == 288 && uc == 320 && ud == 5120 && ue == 5120);
   memset(d, 1, ud);
   memset(e, 2, ue);
+  /* Above 2 KiB a class whose coarse class already holds two full superblocks in this heap
+   * takes superblocks of its own (heap.c, coarse_serves): the 40th of 40 blocks of 5,000 B
+   * is 5 KiB, crowded or not. Not where the crowd also shares the classes above 256 B (8
+   * CPUs or more here: 66 live heaps), since then the shared heaps fill those superblocks. */
+  void *more[40];
+  for (int i = 0; i < 40; i++) CHECK((more[i] = trove_malloc(5000)) != NULL);
+  size_t u40 = trove_malloc_usable_size(more[39]);
+  if (!crowd_shares && u40 != 5120) fprintf(stderr, "the 40th block of 5,000 B: %zu bytes\n", u40);
+  CHECK(crowd_shares || u40 == 5120);
+  for (int i = 0; i < 40; i++) trove_free(more[i]);
   trove_free(e);
   trove_free(d);
   trove_free(c);
@@ -741,6 +752,7 @@ static void medium_cache_crowded(void) {
   cpu_set_t set;
   int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   int n = 8 * (ncpu > 0 ? ncpu : 1) + 1;
+  crowd_shares = n + 1 > 63;           /* heap.c, shared_threshold: max(63, 8 per CPU) */
   pthread_t *tid = malloc(sizeof *tid * (size_t)n);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
