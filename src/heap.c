@@ -215,9 +215,10 @@ static trove_sb_t *direct_of(const trove_heap_t *h, size_t slot) {
 /* In coarse mode, whether cls's coarse class serves a malloc of cls: not when cls is coarse
  * itself or has superblocks of its own with free blocks; and above 2 KiB, not once the
  * coarse class holds two full superblocks in this heap. A crowded thread that holds much
- * data in such blocks (bench/phases at 20 threads on 2 CPUs, 100 B - 4 KiB blocks) lost a
- * quarter of it to the coarse classes' rounding (peak RSS 198 -> 231 MiB); a class so used
- * pays for superblocks of its own. (Up to 2 KiB superblocks of 32 blocks or more are
+ * data in such blocks loses up to a third of it to the coarse classes' rounding (bench/phases,
+ * 100 B - 4 KiB blocks, at 32 threads on 2 CPUs: peak RSS 155 MiB with coarse classes up to
+ * 2 KiB, 183 up to 64 KiB, 148 with this rule; 5 runs); a class so used pays for
+ * superblocks of its own. (Up to 2 KiB superblocks of 32 blocks or more are
  * abandoned when full, so `full` says nothing there: those classes keep the rule of before.) */
 static bool coarse_serves(const trove_heap_t *h, size_t cls) {
   size_t k = _trove_class_coarse[cls];
