@@ -197,12 +197,14 @@ TROVE_INLINE void retire_full(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
  * RSS -36 to -49%, time -13 to -16% from the faults saved). Up to 64 KiB since the
  * thirty-seventh session: from 2 to 16 KiB a thread had 24 classes of a few blocks a
  * superblock, and 50 threads on 2 CPUs (crowded, but not past the shared heaps' floor) held
- * 30.5 MiB at peak, 0.5 MiB a thread (glibc 10.3); now 23.0, and 1.15x the requests a second.
+ * 30.5 MiB at peak, 0.5 MiB a thread (glibc 10.3); now 23.2, and 1.12x the requests a second.
  * The cost: a coarse class above 4 KiB, a few blocks a superblock, turns them over more often
- * (mtmalloctest, 16 B - 16 KiB in batches of 100, at 32 threads on 2 CPUs: 7% slower, still
- * ahead of every peer; xmalloc and mstress at 32 threads 13% and 7% faster). A class that
- * still has superblocks of its own uses them until they run out. Invariant: a direct[] slot holds its
- * class's current
+ * (mtmalloctest, 16 B - 16 KiB in batches of 100, at 32 threads on 2 CPUs: 9% slower, still
+ * ahead of every peer). Above 1 KiB a class has no direct[] slot, so such a malloc takes
+ * malloc_slow to the coarse class (a path of its own that skipped malloc_slow's chores
+ * changed neither mtmalloctest's time nor its instructions). A class that still has
+ * superblocks of its own uses them until they run out, and see coarse_serves. Invariant: a
+ * direct[] slot holds its class's current
  * superblock, or in coarse mode, when that is the empty one, its coarse class's; so it is
  * always a current superblock of this heap with blocks at least as large as the slot's
  * sizes. */
@@ -2649,22 +2651,6 @@ static TROVE_NOINLINE void *switch_own(trove_heap_t *h, size_t size, trove_sb_t 
  * them, so they are reused before more of a superblock is carved; every 32nd time it runs
  * anyway, so timed work is never starved. (This does not help a thread that is blocked while
  * others free into it: see blowup-rr in docs/BENCHMARKS.md.) */
-/* Coarse mode above TROVE_DIRECT_MAX: malloc's slot for such a class is its own cur[] entry,
- * which stays the empty superblock while its coarse class serves it (direct_of), so each of
- * its mallocs lands here; the coarse class's current superblock serves it without
- * malloc_slow's chores (bench/mtmalloctest, 16 B - 16 KiB, at 32 threads on 2 CPUs: 11%
- * fewer calls a second through malloc_slow, with coarse classes up to 64 KiB). */
-static TROVE_NOINLINE void *coarse_malloc(trove_heap_t *h, size_t size) {
-  size_t cls = _trove_size_class_lookup(size), k = _trove_class_coarse[cls];
-  if (coarse_serves(h, cls)) {
-    trove_sb_t *sb = h->cur[k];
-    trove_block_t *b = sb->free;
-    if (b != NULL) return _trove_sb_pop(sb, b);
-    if (sb != &_trove_sb_empty) return _trove_malloc_generic(_trove_class_size[k], h, sb);
-  }
-  return malloc_slow(h, size);
-}
-
 void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) {
   trove_block_t *b = sb->local_free;
   trove_sb_t *next;
@@ -2693,8 +2679,6 @@ void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) {
       return b;
     }
     if (next == NULL) return switch_own(h, size, sb);
-  } else if (h->coarse && size > TROVE_DIRECT_MAX && size <= TROVE_SMALL_MAX) {
-    return coarse_malloc(h, size);
   }
   return malloc_slow(h, size);
 }

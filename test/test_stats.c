@@ -704,8 +704,8 @@ static void *crowd_thread(void *arg) {
 /* A thread's blocks of classes it has no superblock of: while threads crowd the CPUs, from
  * the coarse class above (heap.c, coarse mode): 270, 300 and 320 B (aligned to 64) all get
  * 384-byte blocks, aligned as asked, and 5,000 B (also aligned to 1 KiB: a class with no
- * direct[] slot, served by coarse_malloc and the aligned refill) 6 KiB ones; else each its
- * own class. */
+ * direct[] slot, served through malloc's slow path and the aligned refill) 6 KiB ones; else
+ * each its own class. */
 static bool crowd_shares;   /* the crowd of medium_cache_crowded also shares classes */
 static void *first_block_thread(void *arg) {
   void *a = trove_malloc(300);
