@@ -588,6 +588,7 @@ void _trove_os_release(void *p, size_t size, size_t counted, size_t resident) TR
 void _trove_os_hugepage(void *p, size_t size, bool on) TROVE_HIDDEN;
 bool _trove_os_purge(void *p, size_t size) TROVE_HIDDEN;         /* drop contents (then 0) */
 void _trove_os_touch(void *p, size_t size) TROVE_HIDDEN;         /* write-fault zero pages */
+bool _trove_os_mostly_resident(void *p, size_t size) TROVE_HIDDEN; /* 7/8 of its pages */
 bool _trove_os_uncharge_zeros(void *p, size_t size) TROVE_HIDDEN; /* zero pages, uncharged */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;

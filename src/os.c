@@ -123,6 +123,31 @@ void _trove_os_touch(void *p, size_t size) {
   for (size_t off = 0; off < size; off += 4096) c[off] = 0;
 }
 
+/* Whether at least 7/8 of the pages of [p, p + size) (page-aligned) are resident (mincore);
+ * true if that cannot be told. Walked 4 MiB at a time, and it stops as soon as the answer
+ * is known. */
+bool _trove_os_mostly_resident(void *p, size_t size) {
+  enum { CHUNK_PAGES = 1024 };
+  unsigned char vec[CHUNK_PAGES];
+  size_t pg = _trove_os_page_size(), pages = size / pg, absent_max = pages / 8, absent = 0;
+  int saved = errno;
+  for (size_t done = 0; done < pages;) {
+    size_t n = pages - done < CHUNK_PAGES ? pages - done : CHUNK_PAGES;
+    if (mincore((char *)p + done * pg, n * pg, vec) != 0) {
+      errno = saved;
+      return true;
+    }
+    for (size_t i = 0; i < n; i++) absent += !(vec[i] & 1);
+    if (absent > absent_max) {
+      errno = saved;
+      return false;
+    }
+    done += n;
+  }
+  errno = saved;
+  return true;
+}
+
 /* Address space only (the caller counts what is held): the reserve at target is replaced. */
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) {
   int saved = errno;

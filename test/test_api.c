@@ -630,6 +630,54 @@ static void test_large_shrunk_tail(void) {
   printf("ok calloc over a large block's shrunk tail reads zeros\n");
 }
 
+/* A calloc above 4 MiB that takes a cached mapping: where the block before it was used
+ * sparsely (most of its pages never written), those pages are dropped instead of cleared
+ * (large.c, zero_by_purge), so the calloc makes no more resident than a fresh mapping
+ * would; where it was written whole they are cleared; part written, dropped. Every byte
+ * reads 0 in each case, the ones written before included. */
+static void check_zero_sampled(const unsigned char *p, size_t n, const char *what) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i += 509) bad += p[i] != 0;
+  bad += p[n - 1] != 0;
+  CHECKF(bad == 0, "calloc(%zu) %s: %zu sampled bytes not zero", n, what, bad);
+}
+static void test_large_calloc_reuse(void) {
+  const size_t size = 32 * TH_MIB;
+  th_collect();                            /* an empty cache: the second calloc takes the first's */
+  unsigned char *p = (unsigned char *)T_CALLOC(1, size);
+  CHECK(p != NULL);
+  for (size_t i = 0; i < size; i += size / 16) CHECK(p[i] == 0);
+  for (size_t i = 5000; i < size; i += 4 * TH_MIB) p[i] = 0xcd;
+  T_FREE(p);
+  size_t rss0 = th_rss_bytes();
+  unsigned char *q = (unsigned char *)T_CALLOC(1, size);
+  size_t rss1 = th_rss_bytes();
+  CHECK(q != NULL);
+  for (size_t i = 5000; i < size; i += 4 * TH_MIB)
+    CHECKF(q[i] == 0, "calloc(%zu) over a sparsely used mapping: byte %zu is %u", size, i, q[i]);
+  check_zero_sampled(q, size, "over a sparsely used mapping");
+#ifndef TROVE_TEST_SANITIZE
+  CHECKF(rss1 < rss0 + 8 * TH_MIB,
+         "calloc(%zu) over a sparsely used mapping made %zu KiB resident", size,
+         (rss1 - rss0) / 1024);
+#else
+  (void)rss0;
+  (void)rss1;
+#endif
+  memset(q, 0x77, size);                   /* written whole: the next calloc clears it */
+  T_FREE(q);
+  unsigned char *z = (unsigned char *)T_CALLOC(1, size);
+  CHECK(z != NULL);
+  check_zero_sampled(z, size, "over a mapping written whole");
+  memset(z, 0x33, size / 2 + size / 8);    /* 5/8 written: the next calloc drops its pages */
+  T_FREE(z);
+  z = (unsigned char *)T_CALLOC(1, size);
+  CHECK(z != NULL);
+  check_zero_sampled(z, size, "over a mapping written in part");
+  T_FREE(z);
+  printf("ok calloc above 4 MiB over reused mappings (sparse, whole, in part)\n");
+}
+
 /* More segments in one arena than the page heap's first slot tables hold (64; they grow by
  * doubling), from one thread: 240 medium blocks of 640-976 KiB (3-6 to a 4 MiB segment),
  * every other one freed, then 360 of 1 MiB, which fit none of those holes and take ~120 new
@@ -823,6 +871,7 @@ int main(void) {
   test_large_reuse();
   test_large_shrunk_tail();
   test_large_aligned_reuse();
+  test_large_calloc_reuse();
   test_many_segments();
   test_trim();
   test_glibc_stats();
