@@ -630,6 +630,46 @@ static void test_large_shrunk_tail(void) {
   printf("ok calloc over a large block's shrunk tail reads zeros\n");
 }
 
+/* A large block shrunk by realloc to a medium size stays where it is (alloc.c,
+ * shrinks_in_place), holding no more than twice its size or 1 MiB past it, and grows back in
+ * its mapping; one shrunk far below its size moves. Contents survive every step. */
+static void test_large_shrink_to_medium(void) {
+  const size_t big = 10 * TH_MIB, mid = TH_MIB, far = 300 * TH_KIB;
+  unsigned char *p = (unsigned char *)T_MALLOC(big);
+  CHECK(p != NULL);
+  for (size_t i = 0; i < big; i += 4093) p[i] = pat(i);
+  for (int round = 0; round < 4; round++) {
+    unsigned char *q = (unsigned char *)T_REALLOC(p, mid);
+    CHECKF(q == p, "realloc(%zu -> %zu) moved the block (round %d)", big, mid, round);
+    CHECKF(T_USABLE_SIZE(q) >= mid && T_USABLE_SIZE(q) <= mid + TH_MIB,
+           "realloc to %zu kept %zu usable bytes", mid, T_USABLE_SIZE(q));
+    for (size_t i = 0; i < mid; i += 4093) CHECK(q[i] == pat(i));
+    p = (unsigned char *)T_REALLOC(q, big);
+    CHECK(p != NULL);
+    for (size_t i = 0; i < mid; i += 4093) CHECK(p[i] == pat(i));
+    for (size_t i = mid - mid % 4093 + 4093; i < big; i += 4093) p[i] = pat(i);
+  }
+  /* 2 MiB -> 300 KiB: in place, its tail of over 1 MiB given back */
+  unsigned char *r = (unsigned char *)T_REALLOC(p, 2 * TH_MIB);
+  CHECK(r != NULL);
+  unsigned char *s2 = (unsigned char *)T_REALLOC(r, far);
+  CHECKF(s2 == r, "realloc(%zu -> %zu) moved the block", 2 * TH_MIB, far);
+  CHECKF(T_USABLE_SIZE(s2) >= far && T_USABLE_SIZE(s2) < far + 8 * TH_KIB,
+         "realloc to %zu in place kept %zu usable bytes", far, T_USABLE_SIZE(s2));
+  for (size_t i = 0; i < far; i += 4093) CHECK(s2[i] == pat(i));
+  /* 1.1 MiB -> 300 KiB: a tail under 1 MiB and more than half of it: moved, not kept */
+  r = (unsigned char *)T_REALLOC(s2, TH_MIB + 100 * TH_KIB);
+  CHECK(r != NULL);
+  for (size_t i = 0; i < far; i += 4093) CHECK(r[i] == pat(i));
+  s2 = (unsigned char *)T_REALLOC(r, far);
+  CHECK(s2 != NULL);
+  CHECKF(T_USABLE_SIZE(s2) < 2 * far, "realloc to %zu kept %zu usable bytes", far,
+         T_USABLE_SIZE(s2));
+  for (size_t i = 0; i < far; i += 4093) CHECK(s2[i] == pat(i));
+  T_FREE(s2);
+  printf("ok large blocks shrunk to a medium size stay in place and grow back\n");
+}
+
 /* A calloc above 4 MiB that takes a cached mapping: where the block before it was used
  * sparsely (most of its pages never written), those pages are dropped instead of cleared
  * (large.c, zero_by_purge), so the calloc makes no more resident than a fresh mapping
@@ -872,6 +912,7 @@ int main(void) {
   test_large_shrunk_tail();
   test_large_aligned_reuse();
   test_large_calloc_reuse();
+  test_large_shrink_to_medium();
   test_many_segments();
   test_trim();
   test_glibc_stats();
