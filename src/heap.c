@@ -1292,10 +1292,27 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
  * thread (32 blocks of up to 1 MiB) peaks at 36.2 MiB instead of 34.5 (mimalloc 35.7, glibc
  * 25.4); with the part past 1/8 given back to the page heap, the peak stayed at 36.0 and the
  * gain was gone. With 1/2, handoff-medium gained a little more and sizesweep peaked at 37.1. */
-static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t size, size_t npages) {
+static trove_sb_t *medium_cache_take(trove_heap_t *h, size_t size, size_t npages, size_t align) {
   size_t last = (size + size / 4) >> TROVE_PAGE_SHIFT;
   if (last > TROVE_MCACHE_MAX_PAGES) last = TROVE_MCACHE_MAX_PAGES;
   if (npages < TROVE_MCACHE_MIN_PAGES || last < npages) return NULL;
+  /* Aligned past a page: a run that starts so aligned (as those of such requests came from
+   * the page heap), among the first few of each length. Through the page heap, 16 blocks of
+   * posix_memalign(64 KiB, 64 KiB) replaced at random took its lock twice a call: 300 ns a
+   * call (tcmalloc 140, mimalloc 3 42, glibc 11.6 us); now 69 ns. */
+  if (align > TROVE_PAGE_SIZE) {
+    for (size_t b = mcache_bin(npages), lb = mcache_bin(last); b <= lb; b++) {
+      if (((h->mcache_map[b / 64] >> (b % 64)) & 1) == 0) continue;
+      unsigned look = 4;
+      for (trove_sb_t *run = h->mcache[b]; run && look; run = run->next, look--)
+        if ((run->start & (align - 1)) == 0) {
+          mcache_unlink(h, run);
+          run->state = 0;
+          return run;
+        }
+    }
+    return NULL;
+  }
   for (size_t b = mcache_bin(npages), lb = mcache_bin(last); b <= lb; b = (b | 63) + 1) {
     uint64_t m = h->mcache_map[b / 64] >> (b % 64);
     if (m == 0) continue;
@@ -2465,9 +2482,9 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   size_t align_pages = align > TROVE_PAGE_SIZE ? align >> TROVE_PAGE_SHIFT : 1;
   if (h) drain_remote(h);                  /* medium runs other threads freed come back here */
   trove_sb_t *run = NULL;
-  if (h && align_pages == 1) {
+  if (h) {
     mc_lock(h);
-    if (h->mcache_pages) run = medium_cache_take(h, size, npages);
+    if (h->mcache_pages) run = medium_cache_take(h, size, npages, align);
     mc_unlock(h);
   }
   if (h) h->mfree_streak = 0;

@@ -481,7 +481,37 @@ static void test_aligned_reuse(void) {
       T_FREE(r);
     }
   }
-  printf("ok aligned requests served from freed blocks (alignments 16 B..16 KiB)\n");
+  /* Alignments past a page on medium sizes: the thread's cache of freed runs serves them only
+   * with a run that starts aligned (heap.c, medium_cache_take), among runs of plain mallocs
+   * freed beside them that start anywhere. */
+  {
+    enum { RING = 8 };
+    void *al[RING] = {0}, *pl[RING] = {0};
+    size_t als[RING] = {0};
+    for (int round = 0; round < 400; round++) {
+      int k = round % RING;
+      if (al[k]) {
+        CHECKF(th_verify(al[k], als[k], (uint64_t)round, 1) == TH_OK,
+               "an aligned medium block lost its contents (round %d)", round);
+        T_FREE(al[k]);
+      }
+      T_FREE(pl[k]);
+      pl[k] = T_MALLOC(66000 + (size_t)(round % 13) * 4096 + v_zero);
+      CHECK(pl[k] != NULL);
+      memset(pl[k], 0x5c, 66000);
+      size_t a = (size_t)16384 << (round % 5), sz = 100 + (size_t)round * 7919 % (200 * 1024);
+      CHECKF(T_POSIX_MEMALIGN(&al[k], a, sz) == 0 && (uintptr_t)al[k] % a == 0,
+             "posix_memalign(%zu, %zu) = %p", a, sz, al[k]);
+      CHECK(T_USABLE_SIZE(al[k]) >= sz);
+      als[k] = sz;
+      th_fill(al[k], sz, (uint64_t)round + RING, 1);
+    }
+    for (int k = 0; k < RING; k++) {
+      T_FREE(al[k]);
+      T_FREE(pl[k]);
+    }
+  }
+  printf("ok aligned requests served from freed blocks (alignments 16 B..256 KiB)\n");
 }
 
 static void test_valloc(void) {
