@@ -509,7 +509,12 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
     large_lock();
   }
   live_excess -= excess_of(l);
-  trove_large_t *m = resize_mapping(l, round_os(off + size));
+  /* A growth that the mapping holds already (a tail it kept when a request reused it) leaves
+   * it as it is. Sent to resize_mapping as any size within it, it gave back the tail as if
+   * the block had shrunk, and the growth faulted the pages in again: a buffer grown by 4 KiB
+   * steps from 1 KiB to 4 MiB, 20 times, took 43 ms and 16.6k page faults (glibc 5 ms). */
+  size_t map_size = round_os(off + size);
+  trove_large_t *m = map_size <= l->map_size && size >= l->requested ? l : resize_mapping(l, map_size);
   if (m == NULL) {
     live_excess += excess_of(l);
     pthread_mutex_unlock(&_trove_locks.large);

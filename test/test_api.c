@@ -660,6 +660,40 @@ static void test_large_shrunk_tail(void) {
   printf("ok calloc over a large block's shrunk tail reads zeros\n");
 }
 
+/* A large block that took a longer cached mapping keeps the mapping's tail (large.c), and a
+ * realloc that grows it within that tail gives nothing back first: grown page by page to
+ * near the mapping's length, it faults no page in (it faulted ~750 when each growth was
+ * taken for a shrink). Contents survive. */
+static void test_large_grow_in_kept_tail(void) {
+  const size_t big = 4 * TH_MIB, start = TH_MIB + 4096;
+  th_collect();                            /* an empty cache: the next malloc takes this one */
+  unsigned char *p = (unsigned char *)T_MALLOC(big);
+  CHECK(p != NULL);
+  memset(p, 0x11, big);
+  T_FREE(p);
+  unsigned char *q = (unsigned char *)T_MALLOC(start);
+  CHECK(q != NULL);
+  memset(q, 0x22, start);
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
+  for (size_t s = start + 4096; s <= big - 8192; s += 4096) {
+    q = (unsigned char *)T_REALLOC(q, s);
+    CHECK(q != NULL);
+    q[s - 1] = 0x33;
+  }
+  getrusage(RUSAGE_SELF, &r1);
+  for (size_t i = 0; i < start; i += 4093) CHECK(q[i] == 0x22);
+  CHECK(q[start + 4095] == 0x33 && q[big - 8193] == 0x33);
+  long faults = r1.ru_minflt - r0.ru_minflt;
+#ifndef TROVE_TEST_SANITIZE
+  CHECKF(faults < 64, "growing a large block within its mapping faulted %ld pages in", faults);
+#else
+  (void)faults;
+#endif
+  T_FREE(q);
+  printf("ok a large block grows by realloc into the tail its mapping kept\n");
+}
+
 /* A large block shrunk by realloc to a medium size stays where it is (alloc.c,
  * shrinks_in_place), holding no more than twice its size or 1 MiB past it, and grows back in
  * its mapping; one shrunk far below its size moves. Contents survive every step. */
@@ -943,6 +977,7 @@ int main(void) {
   test_large_aligned_reuse();
   test_large_calloc_reuse();
   test_large_shrink_to_medium();
+  test_large_grow_in_kept_tail();
   test_many_segments();
   test_trim();
   test_glibc_stats();
