@@ -9,6 +9,7 @@
 #include "testhelper.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 
 /* Volatile, so that the compiler neither warns about nor folds the absurd requests. */
@@ -660,6 +661,40 @@ static void test_large_shrunk_tail(void) {
   printf("ok calloc over a large block's shrunk tail reads zeros\n");
 }
 
+/* A thread whose first calls are aligned medium requests and medium callocs sets up its
+ * heap there (heap.c, _trove_malloc_medium), so the runs it frees wait in its cache for its
+ * next calls; without a heap they went straight to the page heap. */
+static void *medium_first_thread(void *arg) {
+  size_t *cached = (size_t *)arg;
+  trove_stats_t st0, st1;
+  th_stats(&st0);
+  void *p[4];
+  for (int i = 0; i < 4; i++) {
+    if (i & 1) {
+      p[i] = T_CALLOC(1, 100 * TH_KIB);
+    } else {
+      p[i] = NULL;
+      CHECK(T_POSIX_MEMALIGN(&p[i], 64 * TH_KIB, 64 * TH_KIB) == 0);
+      CHECK((uintptr_t)p[i] % (64 * TH_KIB) == 0);
+    }
+    CHECK(p[i] != NULL);
+  }
+  for (int i = 0; i < 4; i++) T_FREE(p[i]);
+  th_stats(&st1);
+  *cached = st1.medium_cached_bytes > st0.medium_cached_bytes
+                ? st1.medium_cached_bytes - st0.medium_cached_bytes : 0;
+  return NULL;
+}
+static void test_medium_first_calls(void) {
+  pthread_t t;
+  size_t cached = 0;
+  CHECK(pthread_create(&t, NULL, medium_first_thread, &cached) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECKF(cached >= 64 * TH_KIB,
+         "a thread that began with medium callocs and aligned requests cached %zu bytes", cached);
+  printf("ok a thread's first medium calloc or aligned request sets up its heap\n");
+}
+
 /* A large block that took a longer cached mapping keeps the mapping's tail (large.c), and a
  * realloc that grows it within that tail gives nothing back first: grown page by page to
  * near the mapping's length, it faults no page in (it faulted ~750 when each growth was
@@ -978,6 +1013,7 @@ int main(void) {
   test_large_calloc_reuse();
   test_large_shrink_to_medium();
   test_large_grow_in_kept_tail();
+  test_medium_first_calls();
   test_many_segments();
   test_trim();
   test_glibc_stats();
