@@ -156,7 +156,7 @@ static TROVE_NOINLINE void *realloc_block(void *p, trove_sb_t *sb, size_t size) 
  * or are at most half of them; below a quarter of TROVE_MEDIUM_MAX it moves, the copy being
  * short. Moved, it was copied whole, and moved and copied again when it grew back: a buffer
  * resized between 10 MiB and 1 MiB in turn took 75 us a realloc, 99.6% of it in memmove
- * (glibc, which mremaps its mappings, 5.6 us). */
+ * (glibc, which mremaps its mappings, 3.3-5.6 us; now 1.8 us). */
 static bool shrinks_in_place(size_t usable, size_t size) {
   return size > TROVE_MEDIUM_MAX / 4 && size < usable &&
          (usable - size >= ((size_t)1 << 20) || size >= usable / 2);

@@ -192,7 +192,8 @@ static void split_tail(trove_large_t *l, size_t want) {
  * them too. */
 static void zero_by_purge(uintptr_t user, size_t n) {
   size_t pg = _trove_os_page_size();
-  uintptr_t from = (user + pg - 1) & ~(uintptr_t)(pg - 1), end = (user + n + pg - 1) & ~(uintptr_t)(pg - 1);
+  uintptr_t from = (user + pg - 1) & ~(uintptr_t)(pg - 1);
+  uintptr_t end = (user + n + pg - 1) & ~(uintptr_t)(pg - 1);
   if (end <= from || _trove_os_mostly_resident((void *)from, end - from) ||
       !_trove_os_purge((void *)from, end - from)) {
     memset((void *)user, 0, n);
@@ -514,7 +515,8 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
    * the block had shrunk, and the growth faulted the pages in again: a buffer grown by 4 KiB
    * steps from 1 KiB to 4 MiB, 20 times, took 43 ms and 16.6k page faults (glibc 5 ms). */
   size_t map_size = round_os(off + size);
-  trove_large_t *m = map_size <= l->map_size && size >= l->requested ? l : resize_mapping(l, map_size);
+  trove_large_t *m =
+      map_size <= l->map_size && size >= l->requested ? l : resize_mapping(l, map_size);
   if (m == NULL) {
     live_excess += excess_of(l);
     pthread_mutex_unlock(&_trove_locks.large);

@@ -124,8 +124,8 @@ void _trove_os_touch(void *p, size_t size) {
 }
 
 /* Whether at least 7/8 of the pages of [p, p + size) (page-aligned) are resident (mincore);
- * true if that cannot be told. Walked 4 MiB at a time, and it stops as soon as the answer
- * is known. */
+ * true if that cannot be told. Walked 1,024 pages at a time (a vector on the stack), and it
+ * stops as soon as more than 1/8 are found missing. */
 bool _trove_os_mostly_resident(void *p, size_t size) {
   enum { CHUNK_PAGES = 1024 };
   unsigned char vec[CHUNK_PAGES];
