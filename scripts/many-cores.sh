@@ -52,7 +52,7 @@ run)
       echo "thp $f: $(cat /sys/kernel/mm/transparent_hugepage/$f 2>/dev/null || echo '?')"
     done
     uname -a
-    ldd --version 2>&1 | head -1
+    ldd --version 2>&1 | sed -n 1p  # sed reads it all: head would leave ldd a SIGPIPE, fatal under pipefail
   } >"$work/machine.txt"
   benches=${BENCHES:-"larson-small threadtest shbench-small cache-scratch larson-large shbench-large
     mtmalloctest xmalloc cache-thrash active-false passive-false mstress blowup-rr blowup-pc
