@@ -916,6 +916,46 @@ static size_t xml_size(const char *xml, const char *after, const char *tag) {
   return (size_t)strtoull(p + strlen(tag), NULL, 10);
 }
 
+#ifndef TROVE_TEST_API
+/* C23's sized frees, which trove defines with the standard names (override.c). Declared weak
+ * here: glibc 2.36's headers and library do not have them, and the preload build resolves
+ * them in libtrove.so at run time. */
+extern void free_sized(void *p, size_t size) __attribute__((weak));
+extern void free_aligned_sized(void *p, size_t align, size_t size) __attribute__((weak));
+
+/* Each frees its block (in use back where it was), whatever the size class, and takes NULL. */
+static void test_free_sized(void) {
+  CHECKF(free_sized != NULL && free_aligned_sized != NULL,
+         "free_sized / free_aligned_sized do not resolve into trove");
+  free_sized(NULL, 0);
+  free_sized(NULL, 100);
+  free_aligned_sized(NULL, 64, 0);
+  static const size_t sizes[] = {1, 16, 24, 100, 1024, 4097, 40000, 300000, 2u << 20, 9u << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t n = sizes[k], before = in_use_now();
+    unsigned char *p = T_MALLOC(n);
+    CHECK(p != NULL);
+    memset(p, 0x5a, n);
+    CHECKF(in_use_now() > before, "malloc(%zu) not counted in use", n);
+    free_sized(p, n);
+    CHECKF(in_use_now() == before, "free_sized(p, %zu) did not free the block", n);
+  }
+  static const size_t aligns[] = {16, 64, 256, 4096, 65536, 1u << 21};
+  for (size_t k = 0; k < sizeof aligns / sizeof aligns[0]; k++)
+    for (size_t m = 1; m <= 3; m++) {
+      size_t al = aligns[k], n = al * m, before = in_use_now();
+      unsigned char *p = T_ALIGNED_ALLOC(al, n);
+      CHECK(p != NULL);
+      CHECKF((uintptr_t)p % al == 0, "aligned_alloc(%zu, %zu) = %p", al, n, (void *)p);
+      p[0] = p[n - 1] = 1;
+      free_aligned_sized(p, al, n);
+      CHECKF(in_use_now() == before, "free_aligned_sized(p, %zu, %zu) did not free the block",
+             al, n);
+    }
+  printf("ok free_sized, free_aligned_sized (C23)\n");
+}
+#endif
+
 static void test_glibc_stats(void) {
   void *big = T_MALLOC(8 * TH_MIB), *small = T_MALLOC(100);
   CHECK(big != NULL && small != NULL);
@@ -1016,6 +1056,9 @@ int main(void) {
   test_medium_first_calls();
   test_many_segments();
   test_trim();
+#ifndef TROVE_TEST_API
+  test_free_sized();
+#endif
   test_glibc_stats();
   printf("test_api (%s): all checks passed\n", T_MODE);
   return 0;

@@ -48,10 +48,33 @@ static void invalid_middle(size_t size, size_t offset) {
   T_FREE(opaque(p + offset));
 }
 
+#ifndef TROVE_TEST_API
+/* C23's sized frees (override.c; glibc 2.36 does not have them, so weak) take free's checks */
+extern void free_sized(void *p, size_t size) __attribute__((weak));
+extern void free_aligned_sized(void *p, size_t align, size_t size) __attribute__((weak));
+#endif
+
 /* runs the case and, for the aborting cases, returns only if the allocator did not abort */
 static int run_case(const char *c) {
   if (strncmp(c, "double:", 7) == 0) {
     double_free(strtoul(c + 7, NULL, 10));
+#ifndef TROVE_TEST_API
+  } else if (strncmp(c, "sized-double:", 13) == 0 || strncmp(c, "sized-invalid:", 14) == 0) {
+    int dbl = c[6] == 'd';
+    size_t size = strtoul(c + (dbl ? 13 : 14), NULL, 10);
+    CHECKF(free_sized != NULL && free_aligned_sized != NULL, "no free_sized in trove");
+    char *p = (char *)T_MALLOC(size), *q = (char *)T_MALLOC(size);  /* q: a live neighbour */
+    CHECK(p != NULL && q != NULL);
+    memset(p, 1, size);
+    if (dbl) {
+      free_sized(p, size);
+      target(p);
+      free_sized(opaque(p), size);
+    } else {
+      target(p + 16);
+      free_aligned_sized(opaque(p + 16), 16, size - 16);
+    }
+#endif
   } else if (strncmp(c, "realloc-freed:", 14) == 0) {
     /* realloc of a freed block that must move it (or, to size 0, free it): a double free.
      * One that fits in place is not checked (alloc.c, _trove_realloc). */
@@ -236,6 +259,10 @@ static const mcase_t cases[] = {
     {"invalid-const", "invalid"},    {"invalid-middle-64", "invalid"},
     {"invalid-middle-1000", "invalid"}, {"invalid-middle-medium", "invalid"},
     {"invalid-middle-large", "invalid"}, {"invalid-middle-large-far", "invalid"},
+#ifndef TROVE_TEST_API
+    {"sized-double:48", "double"},   {"sized-double:5000", "double"},
+    {"sized-invalid:100", "invalid"}, {"sized-invalid:70000", "invalid"},
+#endif
 };
 
 /* does `out` contain "<kind> free of <addr>"? */
