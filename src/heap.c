@@ -1875,7 +1875,10 @@ static void heap_abandon(trove_heap_t *h) {
  * short-lived threads too): 55 -> 2.3 MiB in that test. */
 static void heaps_expire(bool all);
 void _trove_heap_thread_done(void *arg) {
-  trove_heap_t *h = arg;
+  /* The thread's heap is _trove_tls_heap; the key's value only makes this run. A program that
+   * writes a key it never created may have overwritten it, and glibc then passes that here. */
+  (void)arg;
+  trove_heap_t *h = _trove_tls_heap;
   batch_queue();                           /* and from now on, no batch (see batch_add) */
   batch_state = BATCH_EXITED;
   if (h == NULL || h == &_trove_heap_empty) return;

@@ -21,7 +21,14 @@ static void init_body(void) {
   _trove_pages_init();
   _trove_pool_init();
   _trove_key = (uintptr_t)_trove_os_random();
+  /* Not the lowest free key (0 in most programs): a program that uses a pthread_key_t it
+   * never created, zero as a static, reads NULL and gets EINVAL on a write under glibc alone,
+   * and so it must here too, not trove's heap (which it would then take for its own data or
+   * overwrite). The spare goes back, so the program's first key is the one it had before. */
+  pthread_key_t spare;
+  bool spared = pthread_key_create(&spare, NULL) == 0;
   pthread_key_create(&_trove_thread_key, _trove_heap_thread_done);
+  if (spared) pthread_key_delete(spare);
   __atomic_store_n(&_trove_initialized, true, __ATOMIC_RELEASE);
   if (TROVE_OPT(VERBOSE) > 0)
     _trove_message("trove: initialized (purge delay %ld ms, K=%ld, f=%ld%%)\n",

@@ -695,6 +695,53 @@ static void test_medium_first_calls(void) {
   printf("ok a thread's first medium calloc or aligned request sets up its heap\n");
 }
 
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+/* trove's pthread key (init.c, heap.c). A program that uses a pthread_key_t it never created
+ * (a zeroed static: key 0) must find key 0 as glibc alone leaves it, unused: NULL to read,
+ * EINVAL to write, not trove's heap. And a thread whose program overwrote trove's key with
+ * something else must still hand its heap back at exit (glibc passes the destructor the
+ * overwritten value; this crashed). (The sanitizers' runtimes create keys of their own.) */
+enum { KEYS_LOOKED = 32 };
+static void *key_clobber_thread(void *arg) {
+  int *found = arg;
+  void *before[KEYS_LOOKED];
+  for (int k = 0; k < KEYS_LOOKED; k++) before[k] = pthread_getspecific((pthread_key_t)k);
+  void *p = T_MALLOC(100);                /* sets up this thread's heap, and trove's key */
+  CHECK(p != NULL);
+  T_FREE(p);
+  *found = -1;
+  for (int k = 0; k < KEYS_LOOKED; k++)
+    if (before[k] == NULL && pthread_getspecific((pthread_key_t)k) != NULL) *found = k;
+  if (*found >= 0) pthread_setspecific((pthread_key_t)*found, (void *)1);
+  for (int i = 0; i < 1000; i++) T_FREE(T_MALLOC((size_t)(16 + i * 40)));
+  return NULL;
+}
+
+static void test_thread_key(void) {
+  void *p = T_MALLOC(64);                 /* trove initialized and this thread's heap set */
+  CHECK(p != NULL);
+  CHECKF(pthread_getspecific((pthread_key_t)0) == NULL,
+         "key 0, never created by this program, reads %p", pthread_getspecific((pthread_key_t)0));
+  CHECKF(pthread_setspecific((pthread_key_t)0, (void *)1) == EINVAL,
+         "a write to key 0, never created by this program, was accepted");
+  T_FREE(p);
+  trove_stats_t st;
+  th_stats(&st);
+  size_t threads = st.threads;
+  for (int r = 0; r < 3; r++) {
+    pthread_t t;
+    int found = -2;
+    CHECK(pthread_create(&t, NULL, key_clobber_thread, &found) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECKF(found > 0, "trove's key not found among keys 1..%d (%d)", KEYS_LOOKED - 1, found);
+    th_stats(&st);
+    CHECKF(st.threads == threads, "%zu thread heaps live after the thread exited, %zu before",
+           st.threads, threads);
+  }
+  printf("ok trove's pthread key: not key 0, and an overwritten value does not matter\n");
+}
+#endif
+
 /* A large block that took a longer cached mapping keeps the mapping's tail (large.c), and a
  * realloc that grows it within that tail gives nothing back first: grown page by page to
  * near the mapping's length, it faults no page in (it faulted ~750 when each growth was
@@ -1054,6 +1101,9 @@ int main(void) {
   test_large_shrink_to_medium();
   test_large_grow_in_kept_tail();
   test_medium_first_calls();
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  test_thread_key();
+#endif
   test_many_segments();
   test_trim();
 #ifndef TROVE_TEST_API
