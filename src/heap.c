@@ -2458,7 +2458,13 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   if (sb == NULL) return NULL;
   if (!sb->dirty) {
     h->fresh_seen++;                        /* its own: see mcache_cap */
-    spare_trim(h, true);                    /* they do not fit: see spare superblocks */
+    /* The spares did not fit (see spare superblocks); nor, past the fixed part, do the
+     * cached medium runs, which the page heap splits for superblocks (as the medium path
+     * does on fresh pages). */
+    mc_lock(h);
+    if (h->mcache_pages > mcache_fixed()) mcache_shrink(h, mcache_fixed());
+    spare_trim_locked(h, h->now_ms, true);
+    mc_unlock(h);
   }
   _trove_sb_init(sb, cls);
   atomic_store_explicit(&sb->heap, h, memory_order_release);
@@ -2494,6 +2500,10 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   if (run == NULL) {
     run = _trove_pages_alloc(h ? &h->arena : NULL, npages, align_pages, TROVE_SPAN_MEDIUM);
     if (run == NULL) return NULL;
+    /* Fresh pages: empty pool superblocks go to the page heap for the next ones, as before a
+     * superblock takes fresh pages (find_superblock_rest). */
+    if (!run->dirty && atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0)
+      pool_flush_empties();
     if (h && !run->dirty) {
       /* Fresh pages while it keeps runs that do not fit: those go back to the page heap,
        * where they merge with their free neighbours and serve requests of any length. */
