@@ -2530,6 +2530,22 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   return (void *)run->start;
 }
 
+/* large.c is about to fault `bytes` in for a large block: free memory that small blocks and
+ * medium runs left goes back first (_trove_pages_yield), the pool's empty superblocks and the
+ * calling thread's cached runs and spares with it, since a large block can reuse none of
+ * them. */
+void _trove_heap_yield(size_t bytes) {
+  if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
+  trove_heap_t *h = _trove_tls_heap;
+  if (h != &_trove_heap_empty) {
+    mc_lock(h);                            /* a sweep may be at them (sweep_idle_caches) */
+    mcache_shrink(h, mcache_fixed());
+    spare_trim_locked(h, h->now_ms, true);
+    mc_unlock(h);
+  }
+  _trove_pages_yield(bytes);
+}
+
 /* Out of memory or address space, a request failed: free memory that trove keeps goes back so
  * that the caller can try again, true if there may be some. First the calling thread's cached
  * medium runs and spare superblocks (cheap, and most often enough); once those are gone, once

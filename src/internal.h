@@ -538,6 +538,8 @@ bool _trove_pages_may_keep(size_t held_pages, size_t npages) TROVE_HIDDEN;
 void _trove_sb_recarve(trove_sb_t *sb) TROVE_HIDDEN;         /* an empty one: carve it again */
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */
 void _trove_pages_purge(bool all) TROVE_HIDDEN;
+void _trove_pages_yield(size_t bytes) TROVE_HIDDEN;
+void _trove_heap_yield(size_t bytes) TROVE_HIDDEN;
 void _trove_pages_lock_all(void) TROVE_HIDDEN;
 void _trove_pages_unlock_all(void) TROVE_HIDDEN;
 void _trove_pages_fork_child(void) TROVE_HIDDEN;

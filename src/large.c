@@ -231,11 +231,12 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   /* pages to fault in ahead (a new mapping, a purged one, a growth): first what is cached
    * past the budget goes */
   trove_large_t *purge = NULL;
-  if ((l == NULL || l->resident == 0 || want > l->map_size) &&
-      atomic_load_explicit(&excess_since, memory_order_relaxed) != 0)
+  size_t fault = l == NULL || l->resident == 0 ? want : want > l->map_size ? want - l->map_size : 0;
+  if (fault && atomic_load_explicit(&excess_since, memory_order_relaxed) != 0)
     purge = excess_take();
   pthread_mutex_unlock(&_trove_locks.large);
   excess_purge(purge);
+  if (fault) _trove_heap_yield(fault);     /* and what small blocks and medium runs left */
   if (l) {
     size_t old_cap = l->map_size > off ? l->map_size - off : 0;
     bool dirty = l->resident != 0;
