@@ -2530,10 +2530,10 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   return (void *)run->start;
 }
 
-/* large.c is about to fault `bytes` in for a large block: free memory that small blocks and
- * medium runs left goes back first (_trove_pages_yield), the pool's empty superblocks and the
- * calling thread's cached runs and spares with it, since a large block can reuse none of
- * them. */
+/* large.c is about to fault `bytes` in for a large block, which can reuse no page of the
+ * page heap: the pool's empty superblocks and the calling thread's cached runs and spares go
+ * to the page heap, and as many of the segments that leaves empty go back to the OS
+ * (_trove_pages_yield). */
 void _trove_heap_yield(size_t bytes) {
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
   trove_heap_t *h = _trove_tls_heap;

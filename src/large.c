@@ -236,7 +236,7 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
     purge = excess_take();
   pthread_mutex_unlock(&_trove_locks.large);
   excess_purge(purge);
-  if (fault) _trove_heap_yield(fault);     /* and what small blocks and medium runs left */
+  if (fault) _trove_heap_yield(fault);     /* and the empty segments small blocks left */
   if (l) {
     size_t old_cap = l->map_size > off ? l->map_size - off : 0;
     bool dirty = l->resident != 0;

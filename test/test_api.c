@@ -786,10 +786,10 @@ static void test_phase_shift(void) {
 /* Small blocks freed, then large buffers (mappings of their own, which cannot reuse the
  * small blocks' pages): the pages those left go back as the buffers are faulted in
  * (_trove_heap_yield), so RSS stays near one phase's worth. Before, the recent-peak rule
- * kept them through the next phase: 48 MiB of 64-byte blocks, then 24 buffers of 2 MiB,
- * rose by 48 MiB (now 1.2). (The sanitizers' shadow memory would count here too.) */
+ * kept them through the next phase: 64 MiB of 64-byte blocks, then 32 buffers of 2 MiB,
+ * rose by 64 MiB (now 14-18). (The sanitizers' shadow memory would count here too.) */
 static void test_small_then_large(void) {
-  enum { MB = 48 };
+  enum { MB = 64 };
   static void *p[(MB << 20) / 64];
   size_t n = ((size_t)MB << 20) / 64;
   for (size_t i = 0; i < n; i++) {
