@@ -1493,6 +1493,21 @@ static void spare_trim(trove_heap_t *h, bool all) {
   mc_unlock(h);
 }
 
+/* Memory kept for reuse that a request just missed: it took fresh pages (a superblock or a
+ * medium run) or a large block is about to fault pages in. The pool's empty superblocks and
+ * the heap's cached runs past the fixed part and spares go to the page heap, where they merge
+ * with their free neighbours and serve requests of any length and kind. A program that moved
+ * between phases of small blocks and medium buffers took fresh pages for each phase while
+ * the other's waited here (docs/DESIGN.md). `h` may be NULL or the empty heap. */
+static void give_back_unfit(trove_heap_t *h) {
+  if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
+  if (h == NULL || h == &_trove_heap_empty) return;
+  mc_lock(h);                              /* a sweep may be at them (sweep_idle_caches) */
+  mcache_shrink(h, mcache_fixed());
+  spare_trim_locked(h, h->now_ms, true);
+  mc_unlock(h);
+}
+
 /* A free into a superblock that an exiting thread abandoned: the freeing thread adopts it, so
  * that the rest of its blocks are freed locally and its memory is reused or given back even if
  * no thread ever allocates from that class again (Larson's blocks outlive their threads). */
@@ -2458,13 +2473,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   if (sb == NULL) return NULL;
   if (!sb->dirty) {
     h->fresh_seen++;                        /* its own: see mcache_cap */
-    /* The spares did not fit (see spare superblocks); nor, past the fixed part, do the
-     * cached medium runs, which the page heap splits for superblocks (as the medium path
-     * does on fresh pages). */
-    mc_lock(h);
-    if (h->mcache_pages > mcache_fixed()) mcache_shrink(h, mcache_fixed());
-    spare_trim_locked(h, h->now_ms, true);
-    mc_unlock(h);
+    give_back_unfit(h);                     /* spares and cached runs: see spare superblocks */
   }
   _trove_sb_init(sb, cls);
   atomic_store_explicit(&sb->heap, h, memory_order_release);
@@ -2500,18 +2509,9 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
   if (run == NULL) {
     run = _trove_pages_alloc(h ? &h->arena : NULL, npages, align_pages, TROVE_SPAN_MEDIUM);
     if (run == NULL) return NULL;
-    /* Fresh pages: empty pool superblocks go to the page heap for the next ones, as before a
-     * superblock takes fresh pages (find_superblock_rest). */
-    if (!run->dirty && atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0)
-      pool_flush_empties();
-    if (h && !run->dirty) {
-      /* Fresh pages while it keeps runs that do not fit: those go back to the page heap,
-       * where they merge with their free neighbours and serve requests of any length. */
-      h->fresh_seen++;                         /* its own: see mcache_cap */
-      mc_lock(h);
-      mcache_shrink(h, mcache_fixed());
-      spare_trim_locked(h, h->now_ms, true);
-      mc_unlock(h);
+    if (!run->dirty) {                      /* fresh pages: what it keeps did not fit */
+      if (h) h->fresh_seen++;                  /* its own: see mcache_cap */
+      give_back_unfit(h);
     }
     run->state = 0;
     _trove_sb_set_run(run, npages << TROVE_PAGE_SHIFT, npages << TROVE_PAGE_SHIFT);
@@ -2535,14 +2535,7 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
  * to the page heap, and as many of the segments that leaves empty go back to the OS
  * (_trove_pages_yield). */
 void _trove_heap_yield(size_t bytes) {
-  if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
-  trove_heap_t *h = _trove_tls_heap;
-  if (h != &_trove_heap_empty) {
-    mc_lock(h);                            /* a sweep may be at them (sweep_idle_caches) */
-    mcache_shrink(h, mcache_fixed());
-    spare_trim_locked(h, h->now_ms, true);
-    mc_unlock(h);
-  }
+  give_back_unfit(_trove_tls_heap);
   _trove_pages_yield(bytes);
 }
 
