@@ -173,12 +173,16 @@ static void cache_put(arena_t *a, trove_segment_t *seg, uint64_t at) {
 /* No lock held: unmap the cached segments past the bound. */
 static size_t recent_peak(size_t used, uint64_t now);
 /* How many empty segments may wait: 1 + N/8, and enough to cover the recent peak (see
- * dirty_cap). */
+ * dirty_cap), rounded up. Rounded down, the last part segment of the way back to the peak was
+ * unmapped and faulted in again each round: 32 buffers grown by doubling from 16 B to 2 MiB,
+ * 20 rounds (scratch `vgrow 32`), released about two segments a round as the buffers grew:
+ * 79k page faults and 0.66 s; rounded up, 67k and 0.61 s, for 1% more peak RSS (112 -> 113
+ * MiB; mimalloc 96, tcmalloc 94; medians of 5). */
 static size_t cache_keep(void) {
   size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
   size_t peak = recent_peak(used, _trove_os_now_ms());
-  size_t keep = 1 + narenas / 8;
-  if (peak > used) keep += (peak - used) / (TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
+  size_t keep = 1 + narenas / 8, per = TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES;
+  if (peak > used) keep += (peak - used + per - 1) / per;
   return keep;
 }
 
