@@ -1208,6 +1208,12 @@ static size_t mcache_cap(trove_heap_t *h) {
   return mcache_fixed() + (burst < before ? burst : before);
 }
 
+/* For give_back_others: a store only when the tick's clock moved (other threads read it). */
+static void note_medium(trove_heap_t *h) {
+  if (atomic_load_explicit(&h->medium_ms, memory_order_relaxed) != h->now_ms)
+    atomic_store_explicit(&h->medium_ms, h->now_ms, memory_order_relaxed);
+}
+
 static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
   size_t b = mcache_bin(run->npages);
   list_remove(&h->mcache[b], run);
@@ -1254,6 +1260,7 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
     }
     h->mfree_streak += run->npages;
     h->now_ms = _trove_os_now_ms();
+    note_medium(h);
     mc_lock(h);
     mcache_trim_locked(h, h->now_ms, false);
     size_t cap = mcache_cap(h);
@@ -1499,13 +1506,40 @@ static void spare_trim(trove_heap_t *h, bool all) {
  * with their free neighbours and serve requests of any length and kind. A program that moved
  * between phases of small blocks and medium buffers took fresh pages for each phase while
  * the other's waited here (docs/DESIGN.md). `h` may be NULL or the empty heap. */
+#define GIVE_BACK_OTHERS_EVERY 64
+static void give_back_others(trove_heap_t *h);
 static void give_back_unfit(trove_heap_t *h) {
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
+  if ((_trove_pages_fresh() & (GIVE_BACK_OTHERS_EVERY - 1)) == 0) give_back_others(h);
   if (h == NULL || h == &_trove_heap_empty) return;
   mc_lock(h);                              /* a sweep may be at them (sweep_idle_caches) */
   mcache_shrink(h, mcache_fixed());
   spare_trim_locked(h, h->now_ms, true);
   mc_unlock(h);
+}
+
+/* The other threads' medium caches past their fixed part, every GIVE_BACK_OTHERS_EVERY-th run
+ * of fresh pages taken by any thread. A thread that freed a burst of buffers and then waits
+ * while another builds something else keeps its burst (mcache_cap allowed it: nobody took
+ * fresh pages then) until the sweep, at least 1/8 of the purge delay later: two threads
+ * taking turns, one building and freeing 200 MiB of 100 KB buffers, the other then 200 MiB
+ * of 64 B blocks (scratch `shift4`), peaked at 348-372 MiB (tcmalloc 253). Only the caches
+ * of threads that made no medium call for 1/32 of the purge delay: with every cache, 3 threads
+ * handing 64-256 KiB buffers to a fourth (handoff-medium) ran at 0.91 of the speed in 27% more
+ * peak RSS, each producer's cache given back while it worked. Not every time: the walk takes
+ * the heaps' lock and each cache's; a busy cache (its owner holds its lock) is skipped. */
+static void give_back_others(trove_heap_t *h) {
+  size_t keep = mcache_fixed();
+  uint64_t now = _trove_os_now_ms(), idle = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 32;
+  pthread_mutex_lock(&_trove_locks.heaps);
+  for (trove_heap_t *o = _trove_heaps_all; o; o = o->next_all) {
+    if (o == h || !o->alive || o->shared || o->orphan || o->fork_gen != _trove_fork_gen ||
+        now - atomic_load_explicit(&o->medium_ms, memory_order_relaxed) < idle || !mc_trylock(o))
+      continue;
+    mcache_shrink(o, keep);
+    mc_unlock(o);
+  }
+  pthread_mutex_unlock(&_trove_locks.heaps);
 }
 
 /* A free into a superblock that an exiting thread abandoned: the freeing thread adopts it, so
@@ -2505,7 +2539,10 @@ static void *malloc_medium(trove_heap_t *h, size_t size, size_t align) {
     if (h->mcache_pages) run = medium_cache_take(h, size, npages, align);
     mc_unlock(h);
   }
-  if (h) h->mfree_streak = 0;
+  if (h) {
+    h->mfree_streak = 0;
+    note_medium(h);
+  }
   if (run == NULL) {
     run = _trove_pages_alloc(h ? &h->arena : NULL, npages, align_pages, TROVE_SPAN_MEDIUM);
     if (run == NULL) return NULL;
