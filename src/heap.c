@@ -1240,14 +1240,16 @@ static void mc_unlock(trove_heap_t *h) {
   atomic_store_explicit(&h->mcache_lock, 0, memory_order_release);
 }
 
-/* Hand back cached runs, the shortest first, until the cache holds `keep` pages. */
-static void mcache_shrink(trove_heap_t *h, size_t keep) {
+/* Hand back cached runs, the shortest first, until the cache holds `keep` pages. `now` is the
+ * caller's clock: the owner's tick, or another thread's own reading (the owner writes its
+ * tick outside the cache's lock). */
+static void mcache_shrink(trove_heap_t *h, size_t keep, uint64_t now) {
   while (h->mcache_pages > keep) {
     size_t w = h->mcache_map[0] ? (size_t)__builtin_ctzll(h->mcache_map[0])
                                 : 64 + (size_t)__builtin_ctzll(h->mcache_map[1]);
     trove_sb_t *old = h->mcache[w];
     mcache_unlink(h, old);
-    _trove_pages_free_clock(old, 0, h->now_ms);
+    _trove_pages_free_clock(old, 0, now);
   }
 }
 
@@ -1280,7 +1282,7 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
     /* The cap falls as the thread frees what it holds (a thread winding down frees nearly all
      * of it): hand back two cached runs for each one that does not fit, the shortest first,
      * so the cache follows the cap down. */
-    for (int k = 0; k < 2 && h->mcache_pages > cap; k++) mcache_shrink(h, h->mcache_pages - 1);
+    for (int k = 0; k < 2 && h->mcache_pages > cap; k++) mcache_shrink(h, h->mcache_pages - 1, h->now_ms);
     mc_unlock(h);
     _trove_pages_free_clock(run, 0, h->now_ms);   /* the clock just read: a vDSO call less */
     return;
@@ -1513,7 +1515,7 @@ static void give_back_unfit(trove_heap_t *h) {
   if ((_trove_pages_fresh() & (GIVE_BACK_OTHERS_EVERY - 1)) == 0) give_back_others(h);
   if (h == NULL || h == &_trove_heap_empty) return;
   mc_lock(h);                              /* a sweep may be at them (sweep_idle_caches) */
-  mcache_shrink(h, mcache_fixed());
+  mcache_shrink(h, mcache_fixed(), h->now_ms);
   spare_trim_locked(h, h->now_ms, true);
   mc_unlock(h);
 }
@@ -1536,7 +1538,7 @@ static void give_back_others(trove_heap_t *h) {
     if (o == h || !o->alive || o->shared || o->orphan || o->fork_gen != _trove_fork_gen ||
         now - atomic_load_explicit(&o->medium_ms, memory_order_relaxed) < idle || !mc_trylock(o))
       continue;
-    mcache_shrink(o, keep);
+    mcache_shrink(o, keep, now);
     mc_unlock(o);
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
