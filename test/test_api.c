@@ -779,6 +779,20 @@ static void test_thread_key(void) {
  * 100 KB buffers, in turn, in a new thread: 44 MiB held from the OS after the first phase,
  * 76 after the second (the pool's empty superblocks), or after the fifth (the thread's
  * cached runs) with the pool's half fixed alone; now 48-52 after every phase. */
+/* One phase: n blocks of sz bytes built (a line of each written) and freed; what trove held
+ * from the OS at its height. */
+static size_t phase_held(void **p, size_t n, size_t sz) {
+  for (size_t i = 0; i < n; i++) {
+    p[i] = T_MALLOC(sz);
+    CHECK(p[i] != NULL);
+    memset(p[i], 1, 64);
+  }
+  trove_stats_t st;
+  th_stats(&st);
+  for (size_t i = 0; i < n; i++) T_FREE(p[i]);
+  return st.held;
+}
+
 static void *phase_shift_thread(void *arg) {
   (void)arg;
   enum { MB = 32, ROUNDS = 6 };
@@ -786,20 +800,12 @@ static void *phase_shift_thread(void *arg) {
   static void *p[(MB << 20) / 64];
   size_t first = 0;
   for (int r = 0; r < ROUNDS; r++) {
-    size_t n = ((size_t)MB << 20) / sz[r & 1];
-    for (size_t i = 0; i < n; i++) {
-      p[i] = T_MALLOC(sz[r & 1]);
-      CHECK(p[i] != NULL);
-      memset(p[i], 1, 64);
-    }
-    trove_stats_t st;
-    th_stats(&st);
-    for (size_t i = 0; i < n; i++) T_FREE(p[i]);
-    if (r == 0) first = st.held;
+    size_t held = phase_held(p, ((size_t)MB << 20) / sz[r & 1], sz[r & 1]);
+    if (r == 0) first = held;
     else
-      CHECKF(st.held <= first + ((size_t)MB << 20) / 2,
+      CHECKF(held <= first + ((size_t)MB << 20) / 2,
              "phase %d (%zu-byte blocks) held %zu KiB from the OS, the first %zu", r, sz[r & 1],
-             st.held >> 10, first >> 10);
+             held >> 10, first >> 10);
   }
   return NULL;
 }
@@ -827,19 +833,12 @@ static void *turn_thread(void *arg) {
   CHECK(p != NULL);
   for (int turn = 0; turn < 6; turn++) {
     if (turn % 2 == id) {
-      for (size_t i = 0; i < n; i++) {
-        p[i] = T_MALLOC(sz);
-        CHECK(p[i] != NULL);
-        memset(p[i], 1, 64);
-      }
-      trove_stats_t st;
-      th_stats(&st);
-      for (size_t i = 0; i < n; i++) T_FREE(p[i]);
-      if (turn == 0) turn_first = st.held;
+      size_t held = phase_held(p, n, sz);
+      if (turn == 0) turn_first = held;
       if (id == 1)
-        CHECKF(st.held <= turn_first + ((size_t)TURN_MB << 20) / 2,
+        CHECKF(held <= turn_first + ((size_t)TURN_MB << 20) / 2,
                "the second thread's phase held %zu KiB from the OS, the first's %zu",
-               st.held >> 10, turn_first >> 10);
+               held >> 10, turn_first >> 10);
     }
     pthread_barrier_wait(&turn_bar);
   }
