@@ -1282,7 +1282,8 @@ static void medium_free(trove_heap_t *h, trove_sb_t *run) {
     /* The cap falls as the thread frees what it holds (a thread winding down frees nearly all
      * of it): hand back two cached runs for each one that does not fit, the shortest first,
      * so the cache follows the cap down. */
-    for (int k = 0; k < 2 && h->mcache_pages > cap; k++) mcache_shrink(h, h->mcache_pages - 1, h->now_ms);
+    for (int k = 0; k < 2 && h->mcache_pages > cap; k++)
+      mcache_shrink(h, h->mcache_pages - 1, h->now_ms);
     mc_unlock(h);
     _trove_pages_free_clock(run, 0, h->now_ms);   /* the clock just read: a vDSO call less */
     return;
@@ -1525,11 +1526,12 @@ static void give_back_unfit(trove_heap_t *h) {
  * while another builds something else keeps its burst (mcache_cap allowed it: nobody took
  * fresh pages then) until the sweep, at least 1/8 of the purge delay later: two threads
  * taking turns, one building and freeing 200 MiB of 100 KB buffers, the other then 200 MiB
- * of 64 B blocks (scratch `shift4`), peaked at 348-372 MiB (tcmalloc 253). Only the caches
- * of threads that made no medium call for 1/32 of the purge delay: with every cache, 3 threads
- * handing 64-256 KiB buffers to a fourth (handoff-medium) ran at 0.91 of the speed in 27% more
- * peak RSS, each producer's cache given back while it worked. Not every time: the walk takes
- * the heaps' lock and each cache's; a busy cache (its owner holds its lock) is skipped. */
+ * of 64 B blocks (scratch `shift4`), peaked at 302-447 MiB (now 263-269; tcmalloc 253).
+ * Only the caches of threads that made no medium call for 1/32 of the purge delay: with
+ * every cache, 3 threads handing 64-256 KiB buffers to a fourth (handoff-medium) ran at 0.91
+ * of the speed in 27% more peak RSS, each producer's cache given back while it worked. Not
+ * every time: the walk takes the heaps' lock and each cache's; a busy cache (its owner holds
+ * its lock) is skipped. */
 static void give_back_others(trove_heap_t *h) {
   size_t keep = mcache_fixed();
   uint64_t now = _trove_os_now_ms(), idle = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 32;

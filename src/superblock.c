@@ -58,7 +58,7 @@ static trove_block_t *push_blocks(uintptr_t lo, uintptr_t hi, size_t bs, trove_b
  * with block 0, a loop that allocates and frees blocks of ten classes in turn touched ten
  * lines at the same page offset: one set of the L1 cache (8 ways, indexed by address bits
  * 6-11), which could not hold them. bench/fastpath's ping-pong of 16 sizes missed L1 on 94%
- * of its mallocs (cachegrind: 1.88M misses in 2M pairs; 4.6k with colours); on this machine's
+ * of its mallocs (cachegrind: 1.88M misses in 2M pairs; 4.2k with colours); on this machine's
  * Xeon, 16 lines at one offset cost 5 ns a touch against 1 ns spread out. A hash of the
  * run's address picks the block, so the first blocks of a thread's runs fall on different
  * sets. Unlike an offset for block 0, it costs no block of the run. */
@@ -83,7 +83,7 @@ bool _trove_sb_extend(trove_sb_t *sb) {
   /* Built from the highest block down, so that the lowest is first on the list; a pointer
    * walk, 7 instructions a block (a thread that fills and empties its heap, threadtest,
    * carves its superblocks again every round). The first carve of a run starts the list at
-   * its colour, block j, and wraps round to block 0 after the last (see below). */
+   * its colour, block j, and wraps round to block 0 after the last (colour, above). */
   uintptr_t first = sb->start + sb->carved, key = _trove_key;
   size_t j = sb->carved == 0 ? colour(first, n) : 0;
   trove_block_t *head = sb->free;
