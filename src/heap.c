@@ -1510,10 +1510,13 @@ static void spare_trim(trove_heap_t *h, bool all) {
  * between phases of small blocks and medium buffers took fresh pages for each phase while
  * the other's waited here (docs/DESIGN.md). `h` may be NULL or the empty heap. */
 #define GIVE_BACK_OTHERS_EVERY 64
+static _Atomic uint32_t unfit_calls;
 static void give_back_others(trove_heap_t *h);
 static void give_back_unfit(trove_heap_t *h) {
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
-  if ((_trove_pages_fresh() & (GIVE_BACK_OTHERS_EVERY - 1)) == 0) give_back_others(h);
+  if ((atomic_fetch_add_explicit(&unfit_calls, 1, memory_order_relaxed) &
+       (GIVE_BACK_OTHERS_EVERY - 1)) == GIVE_BACK_OTHERS_EVERY - 1)
+    give_back_others(h);
   if (h == NULL || h == &_trove_heap_empty) return;
   mc_lock(h);                              /* a sweep may be at them (sweep_idle_caches) */
   mcache_shrink(h, mcache_fixed(), h->now_ms);
@@ -1521,8 +1524,8 @@ static void give_back_unfit(trove_heap_t *h) {
   mc_unlock(h);
 }
 
-/* The other threads' medium caches past their fixed part, every GIVE_BACK_OTHERS_EVERY-th run
- * of fresh pages taken by any thread. A thread that freed a burst of buffers and then waits
+/* The other threads' medium caches past their fixed part, every GIVE_BACK_OTHERS_EVERY-th
+ * give_back_unfit (fresh pages, or a large block's, taken by any thread). A thread that freed a burst of buffers and then waits
  * while another builds something else keeps its burst (mcache_cap allowed it: nobody took
  * fresh pages then) until the sweep, at least 1/8 of the purge delay later: two threads
  * taking turns, one building and freeing 200 MiB of 100 KB buffers, the other then 200 MiB
