@@ -117,6 +117,36 @@ static void test_usable_waste(void) {
   printf("ok usable-size waste <= 12.5%% + 16 B\n");
 }
 
+#if !defined(TROVE_TEST_API) && !defined(TROVE_TEST_PRELOAD)
+/* The static build links the library's internals: its lookup tables, built at start-up in one
+ * walk each (size_class.c), must give every size the class the spec gives it: 16 B steps to
+ * 128 B, then eighths of each power of two up to 64 KiB. malloc's fast path finds its
+ * superblock through _trove_size_slot; the slow paths use the other two. */
+extern uint8_t _trove_size_slot[], _trove_class_mid[], _trove_class_direct[];
+extern uint32_t _trove_class_size[];
+static size_t spec_class_size(size_t size) {
+  if (size <= 128) return size <= 16 ? 16 : (size + 15) & ~(size_t)15;
+  size_t step = (size_t)1 << (63 - __builtin_clzl(size - 1) - 3);
+  return (size + step - 1) & ~(step - 1);
+}
+static void test_class_tables(void) {
+  for (size_t size = 1; size <= 65536; size++) {
+    size_t want = spec_class_size(size), slot = (size + 15) >> 4;
+    size_t c = slot <= 64 ? _trove_class_direct[slot] : _trove_size_slot[slot] - 65u;
+    CHECKF(_trove_class_size[c] == want, "size %zu: class %zu of %u B, want %zu B", size, c,
+           _trove_class_size[c], want);
+    if (slot <= 64)
+      CHECKF(_trove_size_slot[slot] == slot, "size %zu: slot %u, want %zu", size,
+             _trove_size_slot[slot], slot);
+    if (size > 1024)
+      CHECKF(_trove_class_size[_trove_class_mid[(size - 1) >> 7]] == want,
+             "size %zu: mid table gives %u B, want %zu B", size,
+             _trove_class_size[_trove_class_mid[(size - 1) >> 7]], want);
+  }
+  printf("ok class tables (sizes 1 B - 64 KiB)\n");
+}
+#endif
+
 static void check_zero(const void *p, size_t n, const char *what, size_t size) {
   const unsigned char *c = (const unsigned char *)p;
   for (size_t i = 0; i < n; i++)
@@ -1241,6 +1271,9 @@ int main(void) {
   test_edges();
   test_malloc_sweep(sizes, nsizes);
   test_usable_waste();
+#if !defined(TROVE_TEST_API) && !defined(TROVE_TEST_PRELOAD)
+  test_class_tables();
+#endif
   test_calloc(sizes, nsizes);
   test_realloc(sizes, nsizes);
   test_reallocarray();
