@@ -130,6 +130,8 @@ static size_t spec_class_size(size_t size) {
   return (size + step - 1) & ~(step - 1);
 }
 static void test_class_tables(void) {
+  /* slots 0..64 (sizes up to 1 KiB) are direct[]'s, and _trove_size_slot maps them to
+   * themselves; above, it holds 65 + the class (internal.h, TROVE_DIRECT_SLOTS) */
   for (size_t size = 1; size <= 65536; size++) {
     size_t want = spec_class_size(size), slot = (size + 15) >> 4;
     size_t c = slot <= 64 ? _trove_class_direct[slot] : _trove_size_slot[slot] - 65u;
