@@ -172,7 +172,8 @@ typedef struct trove_segment_s {
   uint64_t empty_since;                      /* in the empty-segment cache since (ms), 0 if not */
   uint32_t arena;                            /* the page heap arena it belongs to */
   uint32_t slot;                             /* its place in that arena (page_heap.c, slots) */
-  _Atomic uint32_t huge;                     /* marked for huge pages, not purged since (segment.c) */
+  _Atomic uint32_t huge;                     /* asked for huge pages, not purged since: 1, or 2
+                                                kept for dense runs (segment.c) */
   /* page_heap.c's bins: this segment's free runs of each bin's length, by page */
   struct trove_sb_s *bin_runs[TROVE_PAGE_BINS];
   /* page -> byte offset in sb[] of its run's descriptor (slot * 128 fits 16 bits) */
@@ -517,7 +518,15 @@ static inline void _trove_lock(pthread_mutex_t *m, int which) {
 extern trove_heap_t *_trove_heaps_all;
 
 /* ---------------------------------------------------------------- segments and page heap */
-trove_segment_t *_trove_segment_new(trove_segment_t **list) TROVE_HIDDEN;  /* arena lock held */
+/* Arena lock held. `dense`: for a dense superblock; `probe`: the residency probe that decides
+ * for a sparse one (NULL: none, or this segment is one). See segment.c, huge pages. */
+trove_segment_t *_trove_segment_new(trove_segment_t **list, bool dense,
+                                    trove_segment_t *probe) TROVE_HIDDEN;
+void _trove_segment_no_huge(trove_segment_t *seg) TROVE_HIDDEN;   /* huge pages off, if on */
+/* Or-ed into _trove_pages_alloc's kind: a superblock of a class up to TROVE_DENSE_MAX, whose
+ * carve writes every page it reaches (superblock.c writes each block's head) */
+#define TROVE_PAGES_DENSE 0x100
+#define TROVE_DENSE_MAX 4096
 void _trove_segment_unreserve(void) TROVE_HIDDEN;  /* out of memory: unmap what is mapped ahead */
 void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every list; no lock */
 /* Give a free run's pages back to the OS (page_heap.c's purges); see segment.c, huge pages. */

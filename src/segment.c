@@ -69,52 +69,71 @@ void _trove_segment_unreserve(void) {
   pthread_mutex_unlock(&_trove_locks.segment);
 }
 
-/* Transparent huge pages, for an operator who asks (TROVE_THP; off by default). With
- * TROVE_THP=1 a segment mapped once trove holds 32 MiB from the OS (every segment with 2)
- * asks for them before its first write, so its pages fault in 2 MiB at a time where the
- * kernel has huge pages free: a program that builds 256 MiB of 100 B - 4 KiB blocks
- * (bench/phases) takes 6,500 faults instead of 73,000 and runs 1.6 times as fast. Below
- * 32 MiB a program keeps 4 KiB pages: a segment in huge pages is resident 2 MiB at a time,
- * which would double a small program's footprint (mimalloc 3, huge pages from the start:
- * larson-small 6.1 MiB against trove's 2.6). Past it, the rounding is at most the half-filled
- * huge page of each arena's newest segment, since the page heap carves a new segment from its
- * start (stability and reallocgrow: +1.7-2.2 MiB, 5-6%).
- * Not the default: a program that allocates buffers it never writes (bench/apps' node, 200k
- * Buffers of up to 5 KB) has every 2 MiB range it touches at all faulted in and zeroed whole:
- * 989 -> 1,382 MiB peak and 0.84 -> 1.70 s. And with the kernel's `defrag` at `madvise`, a
- * fault on such a range may wait for compaction on a machine short of free huge pages.
+/* Transparent huge pages (TROVE_THP). A segment that asks for them before its first write has
+ * its pages faulted in 2 MiB at a time where the kernel has huge pages free: a program that
+ * builds 256 MiB of 100 B - 4 KiB blocks (bench/phases) takes 6,500 faults instead of 73,000,
+ * and every access after needs fewer TLB entries (on this project's virtual machines a TLB miss
+ * walks two page tables). The price is memory: a huge page is resident whole, written or not.
+ *
+ * Mode 1, the default: nothing below 32 MiB held from the OS, so a small program keeps 4 KiB
+ * pages (mimalloc 3, huge pages from the start: larson-small 6.1 MiB against trove's 2.6).
+ * Past it, a segment asks for huge pages when what it will hold is written whole:
+ *  - mapped for a superblock of a class up to TROVE_DENSE_MAX ("dense"): carving writes the
+ *    head of every block, so every page a carve reaches is written anyway. Its untouched pages
+ *    are kept for dense superblocks (huge = 2): a sparse run (a medium object, a superblock of
+ *    a larger class) takes a free run there only where trove wrote before (page_heap.c,
+ *    find_run);
+ *  - mapped for sparse runs, when the arena's probe is 7/8 resident: every 8th segment mapped
+ *    for sparse runs is a probe, without huge pages, so that its residency says whether the
+ *    program writes the buffers it allocates (page_heap.c). A segment in huge pages is
+ *    resident whether written or not, so only a probe can tell.
+ * bench/apps' node allocates 400k Buffers of 100 B - 5 KB it never writes: huge pages for
+ * every segment past 32 MiB (TROVE_THP=2 behaves so from the start) took it from 989 to 1,382
+ * MiB and 0.84 to 1.70 s; by the rules above its probes are 50-85% resident and its peak RSS
+ * stays within 1-2%. phases, phases --wide (1-64 KiB blocks) and holes run 1.4x, 1.9x and
+ * 1.5x as fast for 1-2% more peak RSS (docs/BENCHMARKS.md, "Forty-second session").
+ * With the kernel's `defrag` at `madvise` (the usual setting), a fault in such a segment may
+ * wait for compaction on a machine short of free huge pages: TROVE_THP=0 turns all this off.
+ *
  * A segment's first purge turns them off for it (MADV_NOHUGEPAGE, then the purge, which splits
  * any huge page it cuts into): otherwise the kernel's khugepaged, which collapses the pages of
  * a huge-page range back into one huge page when any of them is present, would fault the
  * purged pages in again, and a server whose live data fell would keep 2 MiB for every range
  * with one live block in it. */
 #define THP_AUTO_MIN ((size_t)32 << 20)
-static void segment_want_huge(trove_segment_t *seg) {
+static void segment_want_huge(trove_segment_t *seg, bool dense, trove_segment_t *probe) {
   long mode = TROVE_OPT(THP);
   if (mode == 0 ||
       (mode == 1 && atomic_load_explicit(&_trove_os_mapped, memory_order_relaxed) < THP_AUTO_MIN))
     return;
+  if (mode == 1 && !dense && (probe == NULL || !_trove_os_mostly_resident(probe, TROVE_SEGMENT_SIZE)))
+    return;
   _trove_os_hugepage(seg, TROVE_SEGMENT_SIZE, true);
-  atomic_store_explicit(&seg->huge, 1, memory_order_relaxed);
+  atomic_store_explicit(&seg->huge, dense ? 2 : 1, memory_order_relaxed);
 }
 
-void _trove_segment_purge(trove_segment_t *seg, void *p, size_t size) {
+void _trove_segment_no_huge(trove_segment_t *seg) {
   if (atomic_load_explicit(&seg->huge, memory_order_relaxed) &&
       atomic_exchange_explicit(&seg->huge, 0, memory_order_relaxed))
     _trove_os_hugepage(seg, TROVE_SEGMENT_SIZE, false);
+}
+
+void _trove_segment_purge(trove_segment_t *seg, void *p, size_t size) {
+  _trove_segment_no_huge(seg);
   _trove_os_purge(p, size);
 }
 
 /* Called with the lock of the arena whose segment list `list` is held. Returns a segment whose
  * usable pages form one free run that the caller inserts into the arena. */
-trove_segment_t *_trove_segment_new(trove_segment_t **list) {
+trove_segment_t *_trove_segment_new(trove_segment_t **list, bool dense,
+                                    trove_segment_t *probe) {
   trove_segment_t *seg = segment_map();
   if (seg == NULL) return NULL;
   if (((uintptr_t)seg >> TROVE_SEGMENT_SHIFT) >= TROVE_SEGMAP_SIZE) {  /* beyond 47 bits */
     _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
     return NULL;
   }
-  segment_want_huge(seg);                   /* before the header's first write */
+  segment_want_huge(seg, dense, probe);     /* before the header's first write */
   seg->magic = TROVE_SEGMENT_MAGIC;
   seg->first_page = (uint32_t)TROVE_HEADER_PAGES;
   seg->free_pages = (uint32_t)(TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);

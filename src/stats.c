@@ -35,6 +35,7 @@ static size_t walk_segments(trove_stats_t *st) {
   for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
        seg = _trove_pages_next_segment(seg)) {
     st->segments++;
+    st->segments_huge += atomic_load_explicit(&seg->huge, memory_order_relaxed) != 0;
     for (size_t pg = seg->first_page; pg < TROVE_SEGMENT_PAGES;) {
       const trove_sb_t *sb = _trove_seg_run(seg, pg);
       size_t n = sb->npages ? sb->npages : 1;
@@ -139,8 +140,8 @@ TROVE_API void trove_stats_print(FILE *out) {
   kib(out, "spare superblocks", st.spare_bytes);
   kib(out, "large objects", st.large_bytes);
   kib(out, "shared pool", st.pool_bytes);
-  fprintf(out, "  segments %zu, medium %zu, large %zu, pool superblocks %zu\n", st.segments,
-          st.medium_objects, st.large_objects, st.pool_superblocks);
+  fprintf(out, "  segments %zu (%zu in huge pages), medium %zu, large %zu, pool superblocks %zu\n",
+          st.segments, st.segments_huge, st.medium_objects, st.large_objects, st.pool_superblocks);
   fprintf(out, "  threads %zu live / %zu heaps, slow mallocs %zu, remote frees %zu\n", st.threads,
           st.heaps_created, st.slow_mallocs, st.remote_frees);
   fprintf(out,

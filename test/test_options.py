@@ -52,14 +52,14 @@ check("defaults run", p.returncode == 0 and p.stderr == "", p.stderr)
 defaults = {"TROVE_PURGE_DELAY_MS": 250, "TROVE_BLOWUP_K": 24, "TROVE_BLOWUP_F": 50,
             "TROVE_SHOW_STATS": 0, "TROVE_VERBOSE": 0, "TROVE_ON_MISUSE": 0,
             "TROVE_DIRTY_MAX_MB": 8, "TROVE_LARGE_CACHE_MB": 64, "TROVE_SHARED_THREADS": 0,
-            "TROVE_THP": 0}
+            "TROVE_THP": 1}
 for name, d in defaults.items():
     check("default " + name, option_in_force(p.stdout, name) == d)
 good = {"TROVE_PURGE_DELAY_MS": ("1000", 1000), "TROVE_BLOWUP_K": ("3", 3),
         "TROVE_BLOWUP_F": ("0.25", 25), "TROVE_VERBOSE": ("2", 2),
         "TROVE_ON_MISUSE": ("warn", 1), "TROVE_DIRTY_MAX_MB": ("1k", 1024),
         "TROVE_LARGE_CACHE_MB": ("0", 0), "TROVE_SHARED_THREADS": ("200", 200),
-        "TROVE_THP": ("1", 1)}
+        "TROVE_THP": ("0", 0)}
 for name, (text, v) in good.items():
     p = run(**{name: text})
     check("parse %s=%s" % (name, text), option_in_force(p.stdout, name) == v, p.stdout[-300:])
@@ -288,8 +288,29 @@ if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
     check("THP=2: every segment asks", p.returncode == 0 and value(p.stdout, "thp_first_hg") == 1
           and value(p.stdout, "thp_last_hg") == 1, p.stdout[:300])
     p = run("thp 64")
-    check("THP=0 (the default): no segment asks", p.returncode == 0 and value(p.stdout, "thp_last_hg") == 0
+    check("THP=1 is the default", p.returncode == 0 and value(p.stdout, "thp_first_hg") == 0 and
+          value(p.stdout, "thp_last_hg") == 1, p.stdout[:300])
+    p = run("thp 64", TROVE_THP=0)
+    check("THP=0: no segment asks", p.returncode == 0 and value(p.stdout, "thp_last_hg") == 0
           and value(p.stdout, "thp_last_nh_after") == 0, p.stdout[:300])
+    # Past 32 MiB: segments for small classes ask; those for blocks above 4 KiB only while
+    # the program writes them whole (a probe segment in 8 tells), and the untouched tail of a
+    # small-class segment in huge pages is not given to them.
+    p = run("thpsparse")
+    check("THP=1: segments for small blocks past 32 MiB ask",
+          p.returncode == 0 and value(p.stdout, "dense_huge") >= 1, p.stdout[:400])
+    check("THP=1: none for buffers the program leaves unwritten",
+          value(p.stdout, "unwritten_segments") >= 14 and value(p.stdout, "unwritten_huge") == 0
+          and value(p.stdout, "unwritten_hg") == 0, p.stdout[:400])
+    # (16 segments: the first up to 8 follow a probe the unwritten ones filled; then a
+    # written probe, and the 7 after it ask)
+    check("THP=1: the 7 segments after a written probe ask",
+          value(p.stdout, "written_segments") >= 14 and value(p.stdout, "written_huge") >= 7,
+          p.stdout[:400])
+    p = run("thpsparse", TROVE_THP=0)
+    check("THP=0: no segment asks, whatever it holds", p.returncode == 0 and
+          value(p.stdout, "dense_huge") + value(p.stdout, "unwritten_huge") +
+          value(p.stdout, "written_huge") == 0, p.stdout[:400])
 else:
     print("skip TROVE_THP checks: this kernel has no transparent huge pages")
 p = run(TROVE_SHOW_STATS=1)

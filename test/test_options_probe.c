@@ -620,6 +620,32 @@ int main(int argc, char **argv) {
            vm_flag(b[n - 1], "hg"), vm_flag(b[n - 1], "nh"));
     for (size_t i = 0; i < n; i += 64) trove_free(b[i]);
     free(b);
+  } else if (strcmp(mode, "thpsparse") == 0) {
+    /* Past 32 MiB of small blocks: 64 MiB of 8 KiB blocks never written but for their heads
+     * (as the carve leaves them), then 64 MiB written whole. Segments for blocks above 4 KiB
+     * ask for huge pages only when the arena's probe segment was mostly resident (segment.c).
+     * The counts come from the statistics (segments_huge), what each segment asked for. */
+    enum { DENSE = 40 << 10, SPARSE = 8 << 10 };
+    static void *d[DENSE], *u[SPARSE], *w[SPARSE];
+    for (int i = 0; i < DENSE; i++)
+      if ((d[i] = trove_malloc(1000)) == NULL) return 1;
+    trove_stats_get(&st);
+    size_t h0 = st.segments_huge, s0 = st.segments;
+    for (int i = 0; i < SPARSE; i++)
+      if ((u[i] = trove_malloc(8192)) == NULL) return 1;
+    trove_stats_get(&st);
+    size_t h1 = st.segments_huge, s1 = st.segments;
+    for (int i = 0; i < SPARSE; i++) {
+      if ((w[i] = trove_malloc(8192)) == NULL) return 1;
+      memset(w[i], 1, 8192);
+    }
+    trove_stats_get(&st);
+    printf("dense_huge=%zu\ndense_segments=%zu\nunwritten_huge=%zu\nunwritten_segments=%zu\n"
+           "written_huge=%zu\nwritten_segments=%zu\nunwritten_hg=%d\n",
+           h0, s0, h1 - h0, s1 - s0, st.segments_huge - h1, st.segments - s1,
+           vm_flag(u[SPARSE - 1], "hg"));
+    for (int i = 0; i < DENSE; i++) trove_free(d[i]);
+    for (int i = 0; i < SPARSE; i++) trove_free(u[i]), trove_free(w[i]);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
