@@ -518,9 +518,10 @@ static inline void _trove_lock(pthread_mutex_t *m, int which) {
 extern trove_heap_t *_trove_heaps_all;
 
 /* ---------------------------------------------------------------- segments and page heap */
-/* Arena lock held. `dense`: for a dense superblock; `probe`: the residency probe that decides
+/* Arena lock held: a segment for the arena whose segment list is `list` and which holds
+ * `nsegs` segments. `dense`: for a dense superblock; `probe`: the residency probe that decides
  * for a sparse one (NULL: none, or this segment is one). See segment.c, huge pages. */
-trove_segment_t *_trove_segment_new(trove_segment_t **list, bool dense,
+trove_segment_t *_trove_segment_new(trove_segment_t **list, size_t nsegs, bool dense,
                                     trove_segment_t *probe) TROVE_HIDDEN;
 void _trove_segment_no_huge(trove_segment_t *seg) TROVE_HIDDEN;   /* huge pages off, if on */
 /* Or-ed into _trove_pages_alloc's kind: a superblock of a class up to TROVE_DENSE_MAX, whose

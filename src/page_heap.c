@@ -50,6 +50,7 @@ typedef struct arena_s {        /* its lock is _trove_locks.arena[its index] (se
    * were mapped for sparse runs (every SPARSE_PROBE_EVERY-th is a probe). */
   trove_segment_t *sparse_probe;
   uint32_t sparse_made;
+  uint32_t nsegs;                     /* segments in the arena (slots in use) */
 } __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
 
 static arena_t arenas[ARENAS_MAX];
@@ -331,6 +332,7 @@ static void slot_take(arena_t *a, trove_segment_t *seg) {
       size_t i = w * 64 + (size_t)__builtin_ctzll(f);
       a->slot_used[w] |= (uint64_t)1 << (i % 64);
       a->slot_seg[i] = seg;
+      a->nsegs++;
       seg->slot = (uint32_t)i;
       return;
     }
@@ -343,6 +345,7 @@ static void slot_release(arena_t *a, trove_segment_t *seg) {
   size_t i = seg->slot;
   a->slot_used[i / 64] &= ~((uint64_t)1 << (i % 64));
   a->slot_seg[i] = NULL;
+  a->nsegs--;
 }
 
 static void bin_push(arena_t *a, trove_sb_t *run) {
@@ -619,7 +622,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   if (run == NULL) {
     bool probe = !dense && a->sparse_made++ % SPARSE_PROBE_EVERY == 0;   /* see segment.c */
     trove_segment_t *judge = dense || probe ? NULL : a->sparse_probe;
-    seg = slots_reserve(a) ? _trove_segment_new(&a->segments, dense, judge) : NULL;
+    seg = slots_reserve(a) ? _trove_segment_new(&a->segments, a->nsegs, dense, judge) : NULL;
     new_segment = true;
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
@@ -630,7 +633,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
       in_bin = (run = find_run(a, need, dense)) != NULL;
       if (run == NULL &&
-          (!slots_reserve(a) || (seg = _trove_segment_new(&a->segments, dense, judge)) == NULL)) {
+          (!slots_reserve(a) || (seg = _trove_segment_new(&a->segments, a->nsegs, dense, judge)) == NULL)) {
         pthread_mutex_unlock(arena_mutex(a));
         return NULL;
       }
