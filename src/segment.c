@@ -93,9 +93,11 @@ void _trove_segment_unreserve(void) {
  *    resident whether written or not, so only a probe can tell.
  * bench/apps' node allocates 400k Buffers of 100 B - 5 KB it never writes: huge pages for
  * every segment past 32 MiB (TROVE_THP=2 behaves so from the start) took it from 989 to 1,382
- * MiB and 0.84 to 1.70 s; by the rules above its probes are 50-85% resident and its peak RSS
- * stays within 1-2%. phases, phases --wide (1-64 KiB blocks) and holes run 1.4x, 1.9x and
- * 1.5x as fast for 1-2% more peak RSS (docs/BENCHMARKS.md, "Forty-second session").
+ * MiB and 0.84 to 1.70 s; by the rules above its sparse segments are mostly under 3/4
+ * resident (3 of 285 reached 7/8) and its peak RSS stays within 1-2%. bench/phases (100 B -
+ * 4 KiB blocks), phases --wide and holes (64-128 KiB buffers) run 1.35-1.4x, 1.6-1.9x and
+ * 1.3-1.5x as fast, perl 1.18x, for 1.5-3% more peak RSS (docs/BENCHMARKS.md, "Forty-second
+ * session").
  * With the kernel's `defrag` at `madvise` (the usual setting), a fault in such a segment may
  * wait for compaction on a machine short of free huge pages: TROVE_THP=0 turns all this off.
  *
