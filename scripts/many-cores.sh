@@ -2,10 +2,15 @@
 # The suite on a machine with more cores than this one, which has no compiler or package
 # registry of ours: build here, carry the build, run there.
 #
-#   scripts/many-cores.sh prepare
+#   scripts/many-cores.sh prepare [--perf]
 #       here: a Release build of trove and the benchmark programs, and the peers' libraries
 #       (Debian's from /usr/lib, mimalloc 3 and snmalloc from scripts/peers.sh), copied into
 #       .peers/ (ignored by git; about 3 MiB), which the other machine gets as a carried path.
+#       --perf: this machine's perf and the libraries it links (not the C library's), into
+#       .peers/perf (about 30 MiB); the lent machine has no perf, and there
+#         LD_LIBRARY_PATH=.peers/perf .peers/perf/perf record -e cpu-clock -o /tmp/x.data -- \
+#           env -u LD_LIBRARY_PATH LD_PRELOAD=.peers/build/libtrove.so .peers/build/bench/...
+#       samples on the clock (it has no hardware counters either).
 #   scripts/many-cores.sh run OUTDIR [BUDGET_S] [bench/run options...]
 #       there: bench/run on the programs in .peers/, one benchmark at a time (the issue's four
 #       first), until BUDGET_S seconds (default 400) have passed; then everything, with the
@@ -34,6 +39,12 @@ prepare)
   for l in libjemalloc.so.2 libtcmalloc_minimal.so.4 libmimalloc.so.2; do
     if [ -e "/usr/lib/x86_64-linux-gnu/$l" ]; then cp -L "/usr/lib/x86_64-linux-gnu/$l" "$P/lib/"; fi
   done
+  if [ "${2:-}" = --perf ]; then
+    perf=$(readlink -f "$(command -v perf)")
+    mkdir -p "$P/perf" && cp -L "$perf" "$P/perf/perf"
+    ldd "$perf" | awk '/=>/ {print $3}' | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+      while read -r l; do cp -L "$l" "$P/perf/"; done
+  fi
   du -sh "$P"
   echo "carry [\"$P\"] and run: scripts/many-cores.sh run \$OUT"
   ;;
