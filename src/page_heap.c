@@ -632,6 +632,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       _trove_pages_purge(true);
       _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
       in_bin = (run = find_run(a, need, dense)) != NULL;
+      judge = dense || probe ? NULL : a->sparse_probe;   /* it may have left while unlocked */
       if (run == NULL &&
           (!slots_reserve(a) || (seg = _trove_segment_new(&a->segments, a->nsegs, dense, judge)) == NULL)) {
         pthread_mutex_unlock(arena_mutex(a));
