@@ -2510,8 +2510,8 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * that a program moving to other sizes reuses their pages (waiting for the sweep cost
    * blowup-rr 6% more peak RSS). */
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
-  sb = _trove_pages_alloc(&h->arena, want, 1,
-                         TROVE_SPAN_SMALL | (_trove_class_size[cls] <= TROVE_DENSE_MAX ? TROVE_PAGES_DENSE : 0));
+  int kind = TROVE_SPAN_SMALL | (_trove_class_size[cls] <= TROVE_DENSE_MAX ? TROVE_PAGES_DENSE : 0);
+  sb = _trove_pages_alloc(&h->arena, want, 1, kind);   /* dense: see segment.c, huge pages */
   if (sb == NULL) return NULL;
   if (!sb->dirty) {
     h->fresh_seen++;                        /* its own: see mcache_cap */

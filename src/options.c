@@ -39,7 +39,7 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                                 "with more live threads than this, classes above 256 B come from shared heaps"
                                 " (0: max(63, 8 per CPU))"},
   [TROVE_OPT_THP] = {"TROVE_THP", OPT_INT, 1, 0, 2,
-                     "transparent huge pages for segments: 0 never; 1 once trove holds 32 MiB, for"
+                     "transparent huge pages for segments: 0 never; 1 once an arena holds 32 MiB, for"
                      " memory the program writes whole; 2 always (a segment's first purge turns them"
                      " off for it)"},
 };
