@@ -302,6 +302,9 @@ if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
     check("THP=1: none for buffers the program leaves unwritten",
           value(p.stdout, "unwritten_segments") >= 14 and value(p.stdout, "unwritten_huge") == 0
           and value(p.stdout, "unwritten_hg") == 0, p.stdout[:400])
+    # the first of them would fit the untouched tail of the newest small-block segment
+    check("THP=1: nor the untouched tail of a small-block segment in huge pages",
+          value(p.stdout, "unwritten_first_hg") == 0, p.stdout[:400])
     # (16 segments: the first up to 8 follow a probe the unwritten ones filled; then a
     # written probe, and the 7 after it ask)
     check("THP=1: the 7 segments after a written probe ask",

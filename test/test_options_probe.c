@@ -641,9 +641,9 @@ int main(int argc, char **argv) {
     }
     trove_stats_get(&st);
     printf("dense_huge=%zu\ndense_segments=%zu\nunwritten_huge=%zu\nunwritten_segments=%zu\n"
-           "written_huge=%zu\nwritten_segments=%zu\nunwritten_hg=%d\n",
+           "written_huge=%zu\nwritten_segments=%zu\nunwritten_hg=%d\nunwritten_first_hg=%d\n",
            h0, s0, h1 - h0, s1 - s0, st.segments_huge - h1, st.segments - s1,
-           vm_flag(u[SPARSE - 1], "hg"));
+           vm_flag(u[SPARSE - 1], "hg"), vm_flag(u[0], "hg"));
     for (int i = 0; i < DENSE; i++) trove_free(d[i]);
     for (int i = 0; i < SPARSE; i++) trove_free(u[i]), trove_free(w[i]);
   } else if (strcmp(mode, "misuse") == 0) {
