@@ -52,6 +52,7 @@ typedef struct trove_stats_s {
   size_t process_rss;        /* the whole process's RSS, from /proc/self/statm (0 if unknown) */
   size_t segments;           /* 4 MiB segments mapped */
   size_t segments_huge;      /* of those, asking for transparent huge pages (TROVE_THP) */
+  size_t huge_pauses;        /* huge pages paused after a slow fault (TROVE_THP_SLOW_US) */
   size_t large_objects;      /* objects mapped straight from the OS */
   size_t large_bytes;
   size_t medium_objects;     /* objects carved as page runs */

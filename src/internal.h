@@ -524,6 +524,7 @@ extern trove_heap_t *_trove_heaps_all;
 trove_segment_t *_trove_segment_new(trove_segment_t **list, size_t nsegs, bool dense,
                                     trove_segment_t *probe) TROVE_HIDDEN;
 void _trove_segment_no_huge(trove_segment_t *seg) TROVE_HIDDEN;   /* huge pages off, if on */
+size_t _trove_segment_huge_pauses(void) TROVE_HIDDEN;   /* slow huge-page faults seen (stats) */
 /* Or-ed into _trove_pages_alloc's kind: a superblock of a class up to TROVE_DENSE_MAX, whose
  * carve writes every page it reaches (superblock.c writes each block's head) */
 #define TROVE_PAGES_DENSE 0x100
@@ -606,6 +607,7 @@ bool _trove_os_uncharge_zeros(void *p, size_t size) TROVE_HIDDEN; /* zero pages,
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;
 uint64_t _trove_os_now_ms(void) TROVE_HIDDEN;
+uint64_t _trove_os_now_us(void) TROVE_HIDDEN;                   /* to the microsecond */
 uint64_t _trove_os_random(void) TROVE_HIDDEN;
 size_t _trove_os_rss(void) TROVE_HIDDEN;                         /* bytes, 0 if unknown */
 void _trove_os_write_stderr(const char *s, size_t n) TROVE_HIDDEN;
@@ -626,7 +628,8 @@ extern _Atomic size_t _trove_os_purge_calls, _trove_os_purged_total;
 typedef enum {
   TROVE_OPT_PURGE_DELAY_MS, TROVE_OPT_BLOWUP_K, TROVE_OPT_BLOWUP_F_PCT, TROVE_OPT_SHOW_STATS,
   TROVE_OPT_VERBOSE, TROVE_OPT_ON_MISUSE, TROVE_OPT_DIRTY_MAX_MB, TROVE_OPT_LARGE_CACHE_MB,
-  TROVE_OPT_ARENAS, TROVE_OPT_SHARED_THREADS, TROVE_OPT_THP, TROVE_OPT_COUNT
+  TROVE_OPT_ARENAS, TROVE_OPT_SHARED_THREADS, TROVE_OPT_THP, TROVE_OPT_THP_SLOW_US,
+  TROVE_OPT_COUNT
 } trove_option_t;
 enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
 extern long _trove_options[TROVE_OPT_COUNT];

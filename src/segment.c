@@ -98,8 +98,27 @@ void _trove_segment_unreserve(void) {
  * 4 KiB blocks), phases --wide and holes (64-128 KiB buffers) run 1.35-1.4x, 1.6-1.9x and
  * 1.3-1.5x as fast, perl 1.18x, for 1.5-3% more peak RSS (docs/BENCHMARKS.md, "Forty-second
  * session").
- * With the kernel's `defrag` at `madvise` (the usual setting), a fault in such a segment may
- * wait for compaction on a machine short of free huge pages: TROVE_THP=0 turns all this off.
+ *
+ * A huge page is worth it while it faults in faster than the 512 small pages it replaces
+ * (about 1 ms for 2 MiB on this project's virtual machines, 2 us a fault), and it may not:
+ *  - with the kernel's `defrag` at `madvise` (the usual setting), a fault waits for
+ *    compaction on a machine short of free huge pages;
+ *  - on a virtual machine that reports free memory to its host (free page reporting, as on
+ *    the Firecracker machines this project runs on, which report every free block of 2 MiB
+ *    and more), a huge page comes from memory the host took back, and each fault waits for
+ *    the host to supply and zero it again: 4-9 ms per huge page, against 0.23 ms for one
+ *    freed just before, while small pages come from the recently freed ones the kernel keeps
+ *    in its per-CPU lists. There, phases --wide (64-128 KiB buffers) started after another
+ *    program took 0.53-0.62 s instead of 0.15-0.20 without huge pages, holes 1.2-1.7 s
+ *    instead of 0.45, python-malloc 1.15x as long; run again at once (the huge pages just
+ *    freed) they took half as long as without (docs/BENCHMARKS.md, forty-third session).
+ * So the first write to a segment that asked (the header's, here, which faults its first huge
+ * page in) is timed, and two in a row slower than TROVE_THP_SLOW_US (1 ms) pause the
+ * requests: the next 16 segments that would ask do not, then one asks and is timed again; a
+ * slow one then doubles the pause (up to 1,024 segments, 4 GiB), a fast one ends the pauses.
+ * A paused program pays one slow fault per pause, about 5 ms, and keeps small pages; a
+ * program whose huge pages fault fast keeps them (one slow fault alone does not pause: a
+ * few of the huge pages freed just before are slow too). `TROVE_THP=0` turns all this off.
  *
  * A segment's first purge turns them off for it (MADV_NOHUGEPAGE, then the purge, which splits
  * any huge page it cuts into): otherwise the kernel's khugepaged, which collapses the pages of
@@ -107,14 +126,57 @@ void _trove_segment_unreserve(void) {
  * purged pages in again, and a server whose live data fell would keep 2 MiB for every range
  * with one live block in it. */
 #define THP_AUTO_MIN ((size_t)32 << 20)
+#define THP_PAUSE_MIN 16
+#define THP_PAUSE_MAX 1024
+/* Relaxed: a hint shared by the arenas, whose locks order nothing between them. */
+static _Atomic uint32_t thp_skip;                  /* segments left to map without asking */
+static _Atomic uint32_t thp_pause = THP_PAUSE_MIN; /* the next pause, in segments */
+static _Atomic uint32_t thp_strikes;               /* slow faults in a row */
+static _Atomic size_t thp_pauses;                  /* slow faults seen (statistics) */
+
+static bool thp_paused(void) {
+  uint32_t n = atomic_load_explicit(&thp_skip, memory_order_relaxed);
+  while (n != 0 && !atomic_compare_exchange_weak_explicit(&thp_skip, &n, n - 1, memory_order_relaxed,
+                                                          memory_order_relaxed)) {
+  }
+  return n != 0;
+}
+
+static void thp_judge(uint64_t us) {
+  long slow = TROVE_OPT(THP_SLOW_US);
+  if (slow == 0) return;
+  if (us <= (uint64_t)slow) {
+    atomic_store_explicit(&thp_strikes, 0, memory_order_relaxed);
+    atomic_store_explicit(&thp_pause, THP_PAUSE_MIN, memory_order_relaxed);
+    return;
+  }
+  uint32_t n = atomic_load_explicit(&thp_pause, memory_order_relaxed);
+  if (atomic_fetch_add_explicit(&thp_strikes, 1, memory_order_relaxed) == 0 && n == THP_PAUSE_MIN)
+    return;                                /* one slow fault alone may be bad luck */
+  atomic_store_explicit(&thp_skip, n, memory_order_relaxed);
+  atomic_store_explicit(&thp_pause, n < THP_PAUSE_MAX ? 2 * n : n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&thp_pauses, 1, memory_order_relaxed);
+  if (TROVE_OPT(VERBOSE) >= 1)
+    _trove_message("a huge page took %llu us to fault in: none for the next %u segments\n",
+                   (unsigned long long)us, n);
+}
+
+size_t _trove_segment_huge_pauses(void) {
+  return atomic_load_explicit(&thp_pauses, memory_order_relaxed);
+}
+
+/* Before the segment's first write; the write of `huge` is it (timed: see above). */
 static void segment_want_huge(trove_segment_t *seg, size_t nsegs, bool dense,
                               trove_segment_t *probe) {
   long mode = TROVE_OPT(THP);
   if (mode == 0 || (mode == 1 && nsegs * TROVE_SEGMENT_SIZE < THP_AUTO_MIN)) return;
   if (mode == 1 && !dense && (probe == NULL || !_trove_os_mostly_resident(probe, TROVE_SEGMENT_SIZE)))
     return;
+  if (mode == 1 && thp_paused()) return;
   _trove_os_hugepage(seg, TROVE_SEGMENT_SIZE, true);
+  uint64_t start = _trove_os_now_us();
   atomic_store_explicit(&seg->huge, dense ? 2 : 1, memory_order_relaxed);
+  if (mode == 1) thp_judge(_trove_os_now_us() - start);
 }
 
 void _trove_segment_no_huge(trove_segment_t *seg) {

@@ -77,6 +77,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   st->free_page_bytes += pool_empty_bytes;
   st->dirty_page_bytes += pool_empty_bytes;
   st->arenas = _trove_pages_arenas(&st->arenas_in_use);
+  st->huge_pauses = _trove_segment_huge_pauses();
   _trove_pages_unlock_all();
   pthread_mutex_lock(&_trove_locks.large);
   st->large_objects = _trove_large_live_count;
@@ -140,8 +141,9 @@ TROVE_API void trove_stats_print(FILE *out) {
   kib(out, "spare superblocks", st.spare_bytes);
   kib(out, "large objects", st.large_bytes);
   kib(out, "shared pool", st.pool_bytes);
-  fprintf(out, "  segments %zu (%zu in huge pages), medium %zu, large %zu, pool superblocks %zu\n",
-          st.segments, st.segments_huge, st.medium_objects, st.large_objects, st.pool_superblocks);
+  fprintf(out, "  segments %zu (%zu in huge pages, %zu pauses), medium %zu, large %zu, pool superblocks %zu\n",
+          st.segments, st.segments_huge, st.huge_pauses, st.medium_objects, st.large_objects,
+          st.pool_superblocks);
   fprintf(out, "  threads %zu live / %zu heaps, slow mallocs %zu, remote frees %zu\n", st.threads,
           st.heaps_created, st.slow_mallocs, st.remote_frees);
   fprintf(out,

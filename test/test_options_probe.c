@@ -620,6 +620,19 @@ int main(int argc, char **argv) {
            vm_flag(b[n - 1], "hg"), vm_flag(b[n - 1], "nh"));
     for (size_t i = 0; i < n; i += 64) trove_free(b[i]);
     free(b);
+  } else if (strcmp(mode, "thppause") == 0) {
+    /* 128 MiB of 1000-byte blocks, never freed: 32 segments, of which the 24 past the first
+     * 32 MiB would ask for huge pages; the statistics say how many did, and how many faults
+     * were slow (TROVE_THP_SLOW_US) */
+    size_t n = ((size_t)128 << 20) / 1000;
+    void **b = malloc(n * sizeof *b);
+    for (size_t i = 0; i < n; i++)
+      if ((b[i] = trove_malloc(1000)) == NULL) return 1;
+    trove_stats_get(&st);
+    printf("pause_segments=%zu\npause_huge=%zu\npause_pauses=%zu\n", st.segments,
+           st.segments_huge, st.huge_pauses);
+    for (size_t i = 0; i < n; i++) trove_free(b[i]);
+    free(b);
   } else if (strcmp(mode, "thpsparse") == 0) {
     /* Past 32 MiB of small blocks: 64 MiB of 8 KiB blocks never written but for their heads
      * (as the carve leaves them), then 64 MiB written whole. Segments for blocks above 4 KiB
