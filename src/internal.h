@@ -607,7 +607,7 @@ bool _trove_os_uncharge_zeros(void *p, size_t size) TROVE_HIDDEN; /* zero pages,
 void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target) TROVE_HIDDEN;
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;
 uint64_t _trove_os_now_ms(void) TROVE_HIDDEN;
-uint64_t _trove_os_now_us(void) TROVE_HIDDEN;                   /* to the microsecond */
+uint64_t _trove_os_now_ns(void) TROVE_HIDDEN;                   /* CLOCK_MONOTONIC, fine */
 uint64_t _trove_os_random(void) TROVE_HIDDEN;
 size_t _trove_os_rss(void) TROVE_HIDDEN;                         /* bytes, 0 if unknown */
 void _trove_os_write_stderr(const char *s, size_t n) TROVE_HIDDEN;

@@ -43,9 +43,10 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                      " memory the program writes whole; 2 always (a segment's first purge turns them"
                      " off for it)"},
   [TROVE_OPT_THP_SLOW_US] = {"TROVE_THP_SLOW_US", OPT_INT, 1000, 0, 1000000,
-                             "with TROVE_THP=1, a huge page that takes longer than this (us) to fault in"
-                             " twice in a row pauses huge pages for the next 16 segments, twice as"
-                             " many after each slow one (0: never)"},
+                             "with TROVE_THP=1, a huge page that takes longer than this (us; unset: or"
+                             " than 512 small pages here) to fault in, twice in a row, pauses huge"
+                             " pages for the next 16 segments, twice as many after each slow one"
+                             " (0: never)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

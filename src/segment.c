@@ -113,7 +113,8 @@ void _trove_segment_unreserve(void) {
  *    instead of 0.45, python-malloc 1.15x as long; run again at once (the huge pages just
  *    freed) they took half as long as without (docs/BENCHMARKS.md, forty-third session).
  * So the first write to a segment that asked (the header's, here, which faults its first huge
- * page in) is timed, and two in a row slower than TROVE_THP_SLOW_US (1 ms) pause the
+ * page in) is timed, and two in a row slower than TROVE_THP_SLOW_US (1 ms) or the 512 small
+ * pages it stands for (timed on the headers of the segments in small pages) pause the
  * requests: the next 16 segments that would ask do not, then one asks and is timed again; a
  * slow one then doubles the pause (up to 1,024 segments, 4 GiB), a fast one ends the pauses.
  * A paused program pays one slow fault per pause, about 5 ms, and keeps small pages; a
@@ -133,6 +134,27 @@ static _Atomic uint32_t thp_skip;                  /* segments left to map witho
 static _Atomic uint32_t thp_pause = THP_PAUSE_MIN; /* the next pause, in segments */
 static _Atomic uint32_t thp_strikes;               /* slow faults in a row */
 static _Atomic size_t thp_pauses;                  /* slow faults seen (statistics) */
+/* What a small page takes to fault in here: a running mean over the segments mapped in small
+ * pages (the first 8 of each arena at least), each sample taken as at most 100 us (a thread
+ * preempted meanwhile). */
+static _Atomic uint32_t small_fault_ns;
+
+static void small_fault_note(uint64_t ns) {
+  if (ns > 100000) ns = 100000;
+  int64_t m = atomic_load_explicit(&small_fault_ns, memory_order_relaxed);
+  atomic_store_explicit(&small_fault_ns, (uint32_t)(m == 0 ? (int64_t)ns : m + ((int64_t)ns - m) / 4),
+                        memory_order_relaxed);
+}
+
+/* Slow: TROVE_THP_SLOW_US where the environment sets it; by default the larger of 1 ms and
+ * the 512 small pages the huge page stands for (on a machine where small pages too fault in
+ * slowly, as a fresh virtual machine's do, huge pages still save the 511 faults). */
+static uint64_t thp_slow_ns(void) {
+  uint64_t bound = (uint64_t)TROVE_OPT(THP_SLOW_US) * 1000;
+  if (_trove_options_set[TROVE_OPT_THP_SLOW_US]) return bound;
+  uint64_t small = 512 * (uint64_t)atomic_load_explicit(&small_fault_ns, memory_order_relaxed);
+  return small > bound ? small : bound;
+}
 
 static bool thp_paused(void) {
   uint32_t n = atomic_load_explicit(&thp_skip, memory_order_relaxed);
@@ -142,10 +164,10 @@ static bool thp_paused(void) {
   return n != 0;
 }
 
-static void thp_judge(uint64_t us) {
-  long slow = TROVE_OPT(THP_SLOW_US);
-  if (slow == 0) return;
-  if (us <= (uint64_t)slow) {
+static void thp_judge(uint64_t ns) {
+  if (TROVE_OPT(THP_SLOW_US) == 0) return;
+  uint64_t slow = thp_slow_ns();
+  if (ns <= slow) {
     atomic_store_explicit(&thp_strikes, 0, memory_order_relaxed);
     atomic_store_explicit(&thp_pause, THP_PAUSE_MIN, memory_order_relaxed);
     return;
@@ -157,26 +179,28 @@ static void thp_judge(uint64_t us) {
   atomic_store_explicit(&thp_pause, n < THP_PAUSE_MAX ? 2 * n : n, memory_order_relaxed);
   atomic_fetch_add_explicit(&thp_pauses, 1, memory_order_relaxed);
   if (TROVE_OPT(VERBOSE) >= 1)
-    _trove_message("a huge page took %llu us to fault in: none for the next %u segments\n",
-                   (unsigned long long)us, n);
+    _trove_message("a huge page took %llu us to fault in (slow: over %llu us): none for the next"
+                   " %u segments\n", (unsigned long long)(ns / 1000), (unsigned long long)(slow / 1000), n);
 }
 
 size_t _trove_segment_huge_pauses(void) {
   return atomic_load_explicit(&thp_pauses, memory_order_relaxed);
 }
 
-/* Before the segment's first write; the write of `huge` is it (timed: see above). */
-static void segment_want_huge(trove_segment_t *seg, size_t nsegs, bool dense,
+/* Before the segment's first write. In mode 1 that write is timed, as a huge page's fault
+ * here (the write of `huge`) or a small page's in the caller (see above). */
+static bool segment_want_huge(trove_segment_t *seg, size_t nsegs, bool dense,
                               trove_segment_t *probe) {
   long mode = TROVE_OPT(THP);
-  if (mode == 0 || (mode == 1 && nsegs * TROVE_SEGMENT_SIZE < THP_AUTO_MIN)) return;
+  if (mode == 0 || (mode == 1 && nsegs * TROVE_SEGMENT_SIZE < THP_AUTO_MIN)) return false;
   if (mode == 1 && !dense && (probe == NULL || !_trove_os_mostly_resident(probe, TROVE_SEGMENT_SIZE)))
-    return;
-  if (mode == 1 && thp_paused()) return;
+    return false;
+  if (mode == 1 && thp_paused()) return false;
   _trove_os_hugepage(seg, TROVE_SEGMENT_SIZE, true);
-  uint64_t start = _trove_os_now_us();
+  uint64_t start = _trove_os_now_ns();
   atomic_store_explicit(&seg->huge, dense ? 2 : 1, memory_order_relaxed);
-  if (mode == 1) thp_judge(_trove_os_now_us() - start);
+  if (mode == 1) thp_judge(_trove_os_now_ns() - start);
+  return true;
 }
 
 void _trove_segment_no_huge(trove_segment_t *seg) {
@@ -200,8 +224,15 @@ trove_segment_t *_trove_segment_new(trove_segment_t **list, size_t nsegs, bool d
     _trove_os_unmap(seg, TROVE_SEGMENT_SIZE);
     return NULL;
   }
-  segment_want_huge(seg, nsegs, dense, probe);     /* before the header's first write */
+  bool asked = segment_want_huge(seg, nsegs, dense, probe);   /* before the first write */
   seg->magic = TROVE_SEGMENT_MAGIC;
+  if (!asked && TROVE_OPT(THP) == 1) {
+    /* A write to the header's second page (descriptors, zero until used): a small page's
+     * fault alone, the first write having made the page table. */
+    uint64_t start = _trove_os_now_ns();
+    *(volatile uint8_t *)((char *)seg + 4096) = 0;
+    small_fault_note(_trove_os_now_ns() - start);
+  }
   seg->first_page = (uint32_t)TROVE_HEADER_PAGES;
   seg->free_pages = (uint32_t)(TROVE_SEGMENT_PAGES - TROVE_HEADER_PAGES);
   seg->next = *list;
