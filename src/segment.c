@@ -133,7 +133,7 @@ void _trove_segment_unreserve(void) {
 static _Atomic uint32_t thp_skip;                  /* segments left to map without asking */
 static _Atomic uint32_t thp_pause = THP_PAUSE_MIN; /* the next pause, in segments */
 static _Atomic uint32_t thp_strikes;               /* slow faults in a row */
-static _Atomic size_t thp_pauses;                  /* slow faults seen (statistics) */
+static _Atomic size_t thp_pauses;                  /* pauses so far (statistics) */
 /* What a small page takes to fault in here: a running mean over the segments mapped in small
  * pages (the first 8 of each arena at least), each sample taken as at most 100 us (a thread
  * preempted meanwhile). */
