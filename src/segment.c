@@ -110,8 +110,8 @@ void _trove_segment_unreserve(void) {
  *    freed just before, while small pages come from the recently freed ones the kernel keeps
  *    in its per-CPU lists. There, phases --wide (64-128 KiB buffers) started after another
  *    program took 0.53-0.62 s instead of 0.15-0.20 without huge pages, holes 1.2-1.7 s
- *    instead of 0.45, python-malloc 1.15x as long; run again at once (the huge pages just
- *    freed) they took half as long as without (docs/BENCHMARKS.md, forty-third session).
+ *    instead of 0.44-0.64, python-malloc 1.15x as long; run again at once (the huge pages
+ *    just freed) they took half as long as without (docs/BENCHMARKS.md, forty-third session).
  * So the first write to a segment that asked (the header's, here, which faults its first huge
  * page in) is timed, and two in a row slower than TROVE_THP_SLOW_US (1 ms) or the 512 small
  * pages it stands for (timed on the headers of the segments in small pages) pause the
@@ -119,7 +119,9 @@ void _trove_segment_unreserve(void) {
  * slow one then doubles the pause (up to 1,024 segments, 4 GiB), a fast one ends the pauses.
  * A paused program pays one slow fault per pause, about 5 ms, and keeps small pages; a
  * program whose huge pages fault fast keeps them (one slow fault alone does not pause: a
- * few of the huge pages freed just before are slow too). `TROVE_THP=0` turns all this off.
+ * few of the huge pages freed just before are slow too). Started after another program,
+ * phases --wide now takes 0.22-0.24 s and holes 0.36-0.53; run again at once, 0.08-0.14 and
+ * 0.21-0.33, as with huge pages throughout. `TROVE_THP=0` turns all this off.
  *
  * A segment's first purge turns them off for it (MADV_NOHUGEPAGE, then the purge, which splits
  * any huge page it cuts into): otherwise the kernel's khugepaged, which collapses the pages of
