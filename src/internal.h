@@ -608,6 +608,7 @@ void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target)
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;
 uint64_t _trove_os_now_ms(void) TROVE_HIDDEN;
 uint64_t _trove_os_now_ns(void) TROVE_HIDDEN;                   /* CLOCK_MONOTONIC, fine */
+void _trove_os_sleep_ms(uint64_t ms) TROVE_HIDDEN;
 uint64_t _trove_os_random(void) TROVE_HIDDEN;
 size_t _trove_os_rss(void) TROVE_HIDDEN;                         /* bytes, 0 if unknown */
 void _trove_os_write_stderr(const char *s, size_t n) TROVE_HIDDEN;
@@ -629,7 +630,7 @@ typedef enum {
   TROVE_OPT_PURGE_DELAY_MS, TROVE_OPT_BLOWUP_K, TROVE_OPT_BLOWUP_F_PCT, TROVE_OPT_SHOW_STATS,
   TROVE_OPT_VERBOSE, TROVE_OPT_ON_MISUSE, TROVE_OPT_DIRTY_MAX_MB, TROVE_OPT_LARGE_CACHE_MB,
   TROVE_OPT_ARENAS, TROVE_OPT_SHARED_THREADS, TROVE_OPT_THP, TROVE_OPT_THP_SLOW_US,
-  TROVE_OPT_COUNT
+  TROVE_OPT_BACKGROUND, TROVE_OPT_COUNT
 } trove_option_t;
 enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
 extern long _trove_options[TROVE_OPT_COUNT];

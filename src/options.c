@@ -47,6 +47,9 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                              " than 512 small pages here) to fault in, twice in a row, pauses huge"
                              " pages for the next 16 segments, twice as many after each slow one"
                              " (0: never)"},
+  [TROVE_OPT_BACKGROUND] = {"TROVE_BACKGROUND", OPT_BOOL, 0, 0, 1,
+                            "a thread of trove's gives free memory back after the purge delay while"
+                            " the program makes no calls (0: only the program's calls do)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

@@ -175,6 +175,14 @@ uint64_t _trove_os_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The background thread's wait (heap.c); a signal that cuts it short only shortens a pass. */
+void _trove_os_sleep_ms(uint64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
+  int saved = errno;
+  nanosleep(&ts, NULL);
+  errno = saved;
+}
+
 uint64_t _trove_os_random(void) {
   uint64_t r = 0;
   int saved = errno;

@@ -29,6 +29,38 @@ static void burst(void) {
     if (i % 4096) trove_free(p[i]);
 }
 
+/* The process's resident set (KiB), from the kernel rather than trove's estimate. */
+static size_t rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (f) {
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (size_t)sysconf(_SC_PAGESIZE) / 1024;
+}
+
+/* 48 MiB in large blocks and 16 MiB in medium ones, written, then freed: what a query's sort
+ * leaves behind. Then no call for a second. Prints the RSS after the frees and after it. */
+static void free_then_wait(const char *tag) {
+  enum { L = 3, M = 64 };
+  void *l[L], *m[M];
+  for (int i = 0; i < L; i++) {
+    l[i] = trove_malloc(16u << 20);
+    if (l[i]) memset(l[i], 1, 16u << 20);
+  }
+  for (int i = 0; i < M; i++) {
+    m[i] = trove_malloc(256u << 10);
+    if (m[i]) memset(m[i], 1, 256u << 10);
+  }
+  for (int i = 0; i < L; i++) trove_free(l[i]);
+  for (int i = 0; i < M; i++) trove_free(m[i]);
+  printf("%sfreed_kib=%zu\n", tag, rss_kib());
+  sleep_ms(1000);
+  printf("%sidle_kib=%zu\n", tag, rss_kib());
+  fflush(stdout);
+}
+
 /* Many slow-path calls spread over time, so that timed work gets its chances. */
 static void ticks(void) {
   for (int round = 0; round < 20; round++) {
@@ -659,6 +691,21 @@ int main(int argc, char **argv) {
            vm_flag(u[SPARSE - 1], "hg"), vm_flag(u[0], "hg"));
     for (int i = 0; i < DENSE; i++) trove_free(d[i]);
     for (int i = 0; i < SPARSE; i++) trove_free(u[i]), trove_free(w[i]);
+  } else if (strcmp(mode, "background") == 0) {
+    /* A burst freed, then a second without a call, in this process and in a child of fork()
+     * (whose background thread, if any, is its own). */
+    for (int i = 0; i < 64; i++) trove_free(trove_malloc(70000));   /* slow paths: timed work */
+    free_then_wait("");
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (int i = 0; i < 64; i++) trove_free(trove_malloc(70000));
+      sleep_ms(10);
+      for (int i = 0; i < 64; i++) trove_free(trove_malloc(70000));
+      free_then_wait("child_");
+      _exit(0);
+    }
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
