@@ -2102,7 +2102,8 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
  * freed resident for as long as it waits: bench/apps/pgserver's backend held 235 MiB after
  * an ORDER BY with work_mem 256 MB, as tcmalloc (254), mimalloc 3 (281) and snmalloc (238)
  * do, where glibc (74) and jemalloc (94) had unmapped their large blocks on free. This
- * thread runs the process-wide part of that work every half purge delay (at least 10 ms):
+ * thread runs the process-wide part of that work every half purge delay (at least 10 ms;
+ * up to 8 half delays while its passes give nothing back, see background_main):
  * the pool, idle threads' queues, medium caches and spare superblocks, the page heap's free
  * pages and the large mappings cached past the delay all go back without a call from the
  * program. A thread's own empty superblocks and current ones stay for its own calls (only
@@ -2113,12 +2114,21 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
  * every signal blocked so that none meant for the program's threads lands on it. */
 static _Atomic uint64_t background_gen;    /* _trove_fork_gen + 1 of the process running one */
 
+/* A pass that gave nothing back (the program idle with nothing due, or busy and purging on
+ * its own calls) doubles the wait, up to 8 half delays (1 s by default), so that an idle
+ * process is not woken 8 times a second for nothing; one that gave back resets it. */
 static void *background_main(void *arg) {
   (void)arg;
+  uint64_t half = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2, wait;
+  if (half < 10) half = 10;
+  wait = half;
+  size_t seen = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
   for (;;) {
-    uint64_t half = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2;
-    _trove_os_sleep_ms(half > 10 ? half : 10);
+    _trove_os_sleep_ms(wait);
     _trove_heap_maybe_purge(&_trove_heap_empty);   /* never takes a heap: it allocates nothing */
+    size_t calls = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
+    wait = calls != seen ? half : wait * 2 < 8 * half ? wait * 2 : 8 * half;
+    seen = calls;
   }
   return NULL;
 }
