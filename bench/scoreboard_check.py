@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""CTest bench_scoreboard: `bench/run --scoreboard` on a made-up run whose ratios are known.
+
+Checks the orientation of each kind of metric (throughput: higher is better; time and blowup:
+lower is better), that a cell where trove trails names the peer that leads, the peak-RSS
+columns, the count of cells where trove leads, that a benchmark without peers gets no row,
+and that a run without trove is refused."""
+import os
+import subprocess
+import sys
+import tempfile
+
+RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
+
+ROWS = [
+    # throughput: 120 against 100 -> 1.20; 90 against jemalloc's 150 -> 0.60 (jemalloc)
+    ("larson-small", "trove", 1, "throughput", 120, "ops/s"),
+    ("larson-small", "glibc", 1, "throughput", 100, "ops/s"),
+    ("larson-small", "jemalloc", 1, "throughput", 60, "ops/s"),
+    ("larson-small", "trove", 2, "throughput", 90, "ops/s"),
+    ("larson-small", "glibc", 2, "throughput", 100, "ops/s"),
+    ("larson-small", "jemalloc", 2, "throughput", 150, "ops/s"),
+    # peak RSS: glibc's 1000 against trove's 2000 -> 0.50 (glibc); 2000 against 1000 -> 2.00
+    ("larson-small", "trove", 1, "peak_rss", 2000, "KiB"),
+    ("larson-small", "glibc", 1, "peak_rss", 1000, "KiB"),
+    ("larson-small", "jemalloc", 1, "peak_rss", 4000, "KiB"),
+    ("larson-small", "trove", 2, "peak_rss", 1000, "KiB"),
+    ("larson-small", "glibc", 2, "peak_rss", 2000, "KiB"),
+    ("larson-small", "jemalloc", 2, "peak_rss", 3000, "KiB"),
+    # time, lower is better: glibc's 1.0 s against trove's 2.0 -> 0.50 (glibc)
+    ("sizesweep", "trove", 1, "time", 2.0, "s"),
+    ("sizesweep", "glibc", 1, "time", 1.0, "s"),
+    ("sizesweep", "jemalloc", 1, "time", 4.0, "s"),
+    # blowup, lower is better: level -> 1.00
+    ("blowup-pc", "trove", 1, "blowup", 1.1, "ratio"),
+    ("blowup-pc", "glibc", 1, "blowup", 1.1, "ratio"),
+    # no peer: no row
+    ("rptest", "trove", 1, "throughput", 5, "ops/s"),
+]
+
+EXPECT = [
+    "| larson-small | throughput | 1.20 | 0.60 (jemalloc) | 0.50 (glibc) | 2.00 |",
+    "| sizesweep | time | 0.50 (glibc) | - | - | - |",
+    "| blowup-pc | blowup | 1.00 | - | - | - |",
+    "trove at or ahead of the best peer in 2 of 4 cells, within 5% in 2",
+]
+
+
+def write(d, rows):
+    with open(os.path.join(d, "latest.csv"), "w") as f:
+        f.write("benchmark,allocator,threads,metric,value,unit\n")
+        for r in rows:
+            f.write("%s,%s,%d,%s,%g,%s\n" % r)
+
+
+def main():
+    failures = []
+    with tempfile.TemporaryDirectory() as d:
+        write(d, ROWS)
+        r = subprocess.run([sys.executable, RUN, "--scoreboard", d], capture_output=True, text=True)
+        out = r.stdout
+        if r.returncode != 0:
+            failures.append("exit status %d: %s" % (r.returncode, r.stderr.strip()))
+        for line in EXPECT:
+            if line not in out:
+                failures.append("missing: " + line)
+        if "rptest" in out:
+            failures.append("a benchmark without peers got a row")
+        write(d, [x for x in ROWS if x[1] != "trove"])
+        r = subprocess.run([sys.executable, RUN, "--scoreboard", d], capture_output=True, text=True)
+        if r.returncode == 0:
+            failures.append("a run without trove was not refused")
+    if failures:
+        print("output:\n" + out)
+        for f in failures:
+            print("FAIL: " + f)
+        return 1
+    print("scoreboard: %d checks passed" % (len(EXPECT) + 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
