@@ -2,9 +2,10 @@
 """CTest bench_scoreboard: `bench/run --scoreboard` on a made-up run whose ratios are known.
 
 Checks the orientation of each kind of metric (throughput: higher is better; time and blowup:
-lower is better), that a cell where trove trails names the peer that leads, the peak-RSS
-columns, the count of cells where trove leads, that a benchmark without peers gets no row,
-and that a run without trove is refused."""
+lower is better), that a cell where trove trails names the peer that leads, the mark of a
+cell whose repetitions spread widely, the peak-RSS columns, the count of cells where trove
+leads, that a benchmark without peers gets no row, and that a run without trove is
+refused."""
 import os
 import subprocess
 import sys
@@ -20,6 +21,10 @@ ROWS = [
     ("larson-small", "trove", 2, "throughput", 90, "ops/s"),
     ("larson-small", "glibc", 2, "throughput", 100, "ops/s"),
     ("larson-small", "jemalloc", 2, "throughput", 150, "ops/s"),
+    # repetitions: trove's agree, jemalloc's at 2 threads spread by 1.5x -> that cell gets "~"
+    ("larson-small", "trove", 1, "spread", 1.1, "ratio"),
+    ("larson-small", "trove", 2, "spread", 1.1, "ratio"),
+    ("larson-small", "jemalloc", 2, "spread", 1.5, "ratio"),
     # peak RSS: glibc's 1000 against trove's 2000 -> 0.50 (glibc); 2000 against 1000 -> 2.00
     ("larson-small", "trove", 1, "peak_rss", 2000, "KiB"),
     ("larson-small", "glibc", 1, "peak_rss", 1000, "KiB"),
@@ -39,7 +44,9 @@ ROWS = [
 ]
 
 EXPECT = [
-    "| larson-small | throughput | 1.20 | 0.60 (jemalloc) | 0.50 (glibc) | 2.00 |",
+    "| larson-small | throughput | 1.20 | 0.60 (jemalloc) ~ | 0.50 (glibc) | 2.00 |",
+    "spread by more than 25% (max / min): read such a cell as level unless the gap is wider "
+    "(1 of the 4 cells)",
     "| sizesweep | time | 0.50 (glibc) | - | - | - |",
     "| blowup-pc | blowup | 1.00 | - | - | - |",
     "trove at or ahead of the best peer in 2 of 4 cells, within 5% in 2",
@@ -53,8 +60,26 @@ def write(d, rows):
             f.write("%s,%s,%d,%s,%g,%s\n" % r)
 
 
+def check_spread(failures):
+    """bench/run's spread(): max / min over the repetitions that have the metric."""
+    import importlib.machinery
+    import importlib.util
+    import types
+    loader = importlib.machinery.SourceFileLoader("bench_run", RUN)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_run", loader))
+    loader.exec_module(mod)
+    reps = [types.SimpleNamespace(metrics={"throughput": (v, "ops/s")}) for v in (2.0, 3.0, 2.5)]
+    reps.append(types.SimpleNamespace(metrics={}))          # a repetition without the metric
+    got = mod.spread(reps, "throughput")
+    if got is None or abs(got - 1.5) > 1e-9:
+        failures.append("spread of 2, 3 and 2.5: %r, not 1.5" % got)
+    if mod.spread(reps[:1], "throughput") is not None:
+        failures.append("spread of one repetition is not None")
+
+
 def main():
-    failures = []
+    failures, out = [], ""
+    check_spread(failures)
     with tempfile.TemporaryDirectory() as d:
         write(d, ROWS)
         r = subprocess.run([sys.executable, RUN, "--scoreboard", d], capture_output=True, text=True)
@@ -75,7 +100,7 @@ def main():
         for f in failures:
             print("FAIL: " + f)
         return 1
-    print("scoreboard: %d checks passed" % (len(EXPECT) + 2))
+    print("scoreboard: %d checks passed" % (len(EXPECT) + 4))
     return 0
 
 
