@@ -1209,10 +1209,17 @@ static size_t mcache_cap(trove_heap_t *h) {
   return mcache_fixed() + (burst < before ? burst : before);
 }
 
-/* For give_back_others: a store only when the tick's clock moved (other threads read it). */
+/* Calls of give_back_unfit (fresh pages taken, by any thread): a clock of growth. */
+static _Atomic uint32_t unfit_calls;
+
+/* For give_back_others: stores only when the tick's clock or the fresh-page count moved
+ * (other threads read them). */
 static void note_medium(trove_heap_t *h) {
   if (atomic_load_explicit(&h->medium_ms, memory_order_relaxed) != h->now_ms)
     atomic_store_explicit(&h->medium_ms, h->now_ms, memory_order_relaxed);
+  uint32_t u = atomic_load_explicit(&unfit_calls, memory_order_relaxed);
+  if (atomic_load_explicit(&h->medium_unfit, memory_order_relaxed) != u)
+    atomic_store_explicit(&h->medium_unfit, u, memory_order_relaxed);
 }
 
 static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
@@ -1511,7 +1518,7 @@ static void spare_trim(trove_heap_t *h, bool all) {
  * between phases of small blocks and medium buffers took fresh pages for each phase while
  * the other's waited here (docs/DESIGN.md). `h` may be NULL or the empty heap. */
 #define GIVE_BACK_OTHERS_EVERY 64
-static _Atomic uint32_t unfit_calls;
+#define FRESH_IDLE (2 * GIVE_BACK_OTHERS_EVERY)   /* see give_back_others */
 static void give_back_others(trove_heap_t *h);
 static void give_back_unfit(trove_heap_t *h) {
   if (atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) != 0) pool_flush_empties();
@@ -1531,18 +1538,26 @@ static void give_back_unfit(trove_heap_t *h) {
  * fresh pages then) until the sweep, at least 1/8 of the purge delay later: two threads
  * taking turns, one building and freeing 200 MiB of 100 KB buffers, the other then 200 MiB
  * of 64 B blocks (scratch `shift4`), peaked at 302-447 MiB (now 263-269; tcmalloc 253).
- * Only the caches of threads that made no medium call for 1/32 of the purge delay: with
- * every cache, 3 threads handing 64-256 KiB buffers to a fourth (handoff-medium) ran at 0.91
- * of the speed in 27% more peak RSS, each producer's cache given back while it worked. Not
- * every time: the walk takes the heaps' lock and each cache's; a busy cache (its owner holds
- * its lock) is skipped. */
+ * Only the caches of threads that made no medium call for 1/32 of the purge delay, or while
+ * FRESH_IDLE fresh runs were taken: with every cache, 3 threads handing 64-256 KiB buffers to
+ * a fourth (handoff-medium) ran at 0.91 of the speed in 27% more peak RSS, each producer's
+ * cache given back while it worked. The clock alone (8 ms, in 4 ms ticks) let a thread that
+ * grows fast take 30-45 MiB of fresh pages beside a waiting thread's 68 MiB burst: test_api's
+ * turns failed 6 runs in 291 with three at once, and with a purge delay of 20 s (so 625 ms) the
+ * second thread's 64 MiB of 64 B blocks took 69 MiB fresh (test_options' `turns`; now 12).
+ * Counted in runs taken, the wait is bounded in memory whatever the pace. Not every time:
+ * the walk takes the heaps' lock and each cache's; a busy cache (its owner holds its lock)
+ * is skipped. */
 static void give_back_others(trove_heap_t *h) {
   size_t keep = mcache_fixed();
   uint64_t now = _trove_os_now_ms(), idle = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 32;
+  uint32_t unfit = atomic_load_explicit(&unfit_calls, memory_order_relaxed);
   pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *o = _trove_heaps_all; o; o = o->next_all) {
     if (o == h || !o->alive || o->shared || o->orphan || o->fork_gen != _trove_fork_gen ||
-        now - atomic_load_explicit(&o->medium_ms, memory_order_relaxed) < idle || !mc_trylock(o))
+        (now - atomic_load_explicit(&o->medium_ms, memory_order_relaxed) < idle &&
+         unfit - atomic_load_explicit(&o->medium_unfit, memory_order_relaxed) < FRESH_IDLE) ||
+        !mc_trylock(o))
       continue;
     mcache_shrink(o, keep, now);
     mc_unlock(o);

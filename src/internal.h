@@ -402,6 +402,7 @@ typedef struct trove_heap_s {
   uint64_t fork_gen __attribute__((aligned(TROVE_CACHE_LINE)));  /* the fork generation it was taken in */
   _Atomic uint64_t remote_taken_ms;        /* when the owner last took its queue (ms, a tick's) */
   _Atomic uint64_t medium_ms;              /* its last medium malloc or free (ms, a tick's) */
+  _Atomic uint32_t medium_unfit;           /* heap.c's unfit_calls at that call */
   /* Blocks freed into superblocks it abandoned: part of its queue (the owner takes them with
    * the lanes), apart so that a thread may take them while it is idle (heap.c) */
   _Atomic(trove_block_t *) orphans;

@@ -108,6 +108,14 @@ check("a program in phases, DIRTY_MAX_MB=8 set: every burst goes back at once",
 p = run("phases", TROVE_PURGE_DELAY_MS=100)
 check("a program in phases: after the window, running on gives the pages back",
       value(p.stdout, "dirty_after_idle_kib") <= 8 * 1024, p.stdout[:300])
+# a thread that freed 64 MiB of buffers into its medium cache waits while another builds 64 MiB
+# of small blocks: the cache goes back once the other has taken fresh pages for 128 runs (12 MiB
+# here), however fast it took them; a delay of 20 s keeps the clock's rule (1/32 of it without
+# a medium call) out of it, which alone let the second thread take 69 MiB fresh
+p = run("turns", TROVE_PURGE_DELAY_MS=20000)
+first, second = value(p.stdout, "turn_first_kib"), value(p.stdout, "turn_second_kib")
+check("a waiting thread's cached buffers serve another thread's growth",
+      second <= first + 20 * 1024, "held %d KiB after the buffers' %d" % (second, first))
 p = run("pingpong", TROVE_PURGE_DELAY_MS=100)
 check("a burst, then a malloc/free loop on the fast paths only: the pages go back",
       value(p.stdout, "dirty_after_burst_kib") >= 16 * 1024 and

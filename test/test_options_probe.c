@@ -178,6 +178,31 @@ static void *share_worker(void *arg) {
 
 /* Start n threads with small stacks, each given its index; NULL if not all could start. */
 /* The blocks a superblock of the class of `block_size` holds, on average over its superblocks. */
+/* "turns": thread 0 builds 64 MiB of 100 KB buffers, frees them (its medium cache keeps them)
+ * and waits at the barrier while thread 1 builds 64 MiB of 64-byte blocks. What each held
+ * from the OS at the end of its build goes to turn_held[id]. */
+enum { TURN_MB = 64 };
+static pthread_barrier_t turn_bar;
+static size_t turn_held[2];
+static void *turn_worker(void *arg) {
+  long id = (long)arg;
+  size_t sz = id == 0 ? 100000 : 64, n = ((size_t)TURN_MB << 20) / sz;
+  void **p = calloc(n, sizeof *p);
+  for (int turn = 0; turn < 2; turn++) {
+    if (turn == id && p) {
+      for (size_t i = 0; i < n; i++)
+        if ((p[i] = trove_malloc(sz)) != NULL) memset(p[i], 1, 64);
+      trove_stats_t st;
+      trove_stats_get(&st);
+      turn_held[id] = st.held;
+      for (size_t i = 0; i < n; i++) trove_free(p[i]);
+    }
+    pthread_barrier_wait(&turn_bar);
+  }
+  free(p);
+  return NULL;
+}
+
 static void print_blocks_per_superblock(const trove_stats_t *st, size_t block_size) {
   for (size_t c = 0; c < sizeof st->classes / sizeof st->classes[0]; c++)
     if (st->classes[c].block_size == block_size)
@@ -491,6 +516,12 @@ int main(int argc, char **argv) {
       trove_stats_get(&st);
       printf("dirty_after_idle_kib=%zu\n", st.dirty_page_bytes >> 10);
     }
+  } else if (strcmp(mode, "turns") == 0) {
+    pthread_t t[2];
+    pthread_barrier_init(&turn_bar, NULL, 2);
+    for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, turn_worker, (void *)i);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    printf("turn_first_kib=%zu\nturn_second_kib=%zu\n", turn_held[0] >> 10, turn_held[1] >> 10);
   } else if (strcmp(mode, "pingpong") == 0) {
     /* A burst of 32 MiB freed, then, past the purge delay, a loop that mallocs and frees one
      * small block: every call stays on the fast paths (the block goes back on the free list
