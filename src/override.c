@@ -60,6 +60,44 @@ API void _ZdaPvm(void *p, size_t size) {
   _trove_free_inline(p);
 }
 
+/* The aligned forms (C++17, for types declared alignas more than 16: cache-line-aligned
+ * counters and queues) pop as posix_memalign's fast path does, returning the block rather
+ * than storing it; anything else (a miss, a large or odd alignment, out of memory) goes to
+ * override_new.cc. Through posix_memalign, 64-byte-aligned 48-byte objects, 64 live, replaced
+ * at random: 121M pairs a second against snmalloc's 169M and tcmalloc's 158M. */
+void *_trove_new_aligned_slow(size_t size, size_t align) TROVE_HIDDEN;
+static inline void *new_aligned_inline(size_t size, size_t align) {
+  if (likely((align & (align - 1)) == 0 && align != 0)) {
+    size_t key;
+    trove_sb_t *sb = _trove_aligned_sb(align, size, &key);
+    if (likely(sb != NULL)) {
+      trove_block_t *b = sb->free;
+      if (likely(b != NULL)) return _trove_sb_pop(sb, b);
+    }
+  }
+  return _trove_new_aligned_slow(size, align);
+}
+API HOT void *_ZnwmSt11align_val_t(size_t size, size_t align) { return new_aligned_inline(size, align); }
+API void *_ZnamSt11align_val_t(size_t size, size_t align) { return new_aligned_inline(size, align); }
+API HOT void _ZdlPvSt11align_val_t(void *p, size_t align) {
+  (void)align;
+  _trove_free_inline(p);
+}
+API void _ZdaPvSt11align_val_t(void *p, size_t align) {
+  (void)align;
+  _trove_free_inline(p);
+}
+API HOT void _ZdlPvmSt11align_val_t(void *p, size_t size, size_t align) {
+  (void)size;
+  (void)align;
+  _trove_free_inline(p);
+}
+API void _ZdaPvmSt11align_val_t(void *p, size_t size, size_t align) {
+  (void)size;
+  (void)align;
+  _trove_free_inline(p);
+}
+
 API void *__libc_malloc(size_t size) { return _trove_malloc_inline(size); }
 API void __libc_free(void *p) { _trove_free_inline(p); }
 API void *__libc_calloc(size_t n, size_t size) { return _trove_calloc(n, size); }

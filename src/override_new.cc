@@ -74,8 +74,11 @@ extern "C" __attribute__((visibility("hidden"))) void *_trove_new_oom(std::size_
 
 API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return nothrow_new(n, 0); }
 API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return nothrow_new(n, 0); }
-API void *operator new(std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
-API void *operator new[](std::size_t n, std::align_val_t al) { return new_aligned(n, al); }
+// The aligned forms' slow path (override.c has their fast path, and the aligned deletes).
+extern "C" __attribute__((visibility("hidden"))) void *_trove_new_aligned_slow(std::size_t n,
+                                                                               std::size_t al) {
+  return new_aligned(n, static_cast<std::align_val_t>(al));
+}
 API void *operator new(std::size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
   return nothrow_new(n, static_cast<std::size_t>(al));
 }
@@ -85,9 +88,5 @@ API void *operator new[](std::size_t n, std::align_val_t al, const std::nothrow_
 
 API void operator delete(void *p, const std::nothrow_t &) noexcept { _trove_free(p); }
 API void operator delete[](void *p, const std::nothrow_t &) noexcept { _trove_free(p); }
-API void operator delete(void *p, std::align_val_t) noexcept { _trove_free(p); }
-API void operator delete[](void *p, std::align_val_t) noexcept { _trove_free(p); }
-API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { _trove_free(p); }
-API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { _trove_free(p); }
 API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { _trove_free(p); }
 API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { _trove_free(p); }

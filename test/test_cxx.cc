@@ -174,15 +174,19 @@ static void test_new_forms() {
     delete y;
   }
   // aligned, explicit, every alignment with sized and unsized delete
-  for (std::size_t al = 16; al <= (1u << 20); al *= 2) {
-    for (std::size_t size : {std::size_t(1), std::size_t(64), std::size_t(1000), al + 1,
-                             std::size_t(100000)}) {
+  for (std::size_t al = 1; al <= (1u << 20); al *= 2) {
+    for (std::size_t size : {std::size_t(0), std::size_t(1), std::size_t(64), std::size_t(1000),
+                             al + 1, std::size_t(100000)}) {
       void *q = ::operator new(size, std::align_val_t(al));
-      CHECK(reinterpret_cast<std::uintptr_t>(q) % al == 0);
+      void *q2 = ::operator new(size, std::align_val_t(al));   // two live: distinct, even at 0
+      CHECK(q && q2 && q != q2 && reinterpret_cast<std::uintptr_t>(q) % al == 0 &&
+            reinterpret_cast<std::uintptr_t>(q2) % al == 0);
       std::memset(q, 2, size);
+      std::memset(q2, 4, size);
+      ::operator delete(q2, std::align_val_t(al));
       ::operator delete(q, size, std::align_val_t(al));
       q = ::operator new[](size, std::align_val_t(al));
-      CHECK(reinterpret_cast<std::uintptr_t>(q) % al == 0);
+      CHECK(q && reinterpret_cast<std::uintptr_t>(q) % al == 0);
       std::memset(q, 3, size);
       ::operator delete[](q, std::align_val_t(al));
       q = ::operator new(size, std::align_val_t(al), std::nothrow);
