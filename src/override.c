@@ -38,9 +38,9 @@ API void free_aligned_sized(void *p, size_t align, size_t size) {
 
 /* C++: operator new(size_t) and new[](size_t), operator delete(void *) and delete[](void *),
  * and the sized deletes, by their Itanium C++ ABI names (size_t is unsigned long, "m", on the
- * LP64 targets trove builds for). They are here so that they use the inline fast paths; the
- * other forms, and new's out-of-memory path (the new-handler, std::bad_alloc), are in
- * override_new.cc. */
+ * LP64 targets trove builds for), and below the aligned new and delete (align_val_t, also an
+ * unsigned long). They are here so that they use the inline fast paths; the nothrow forms,
+ * and new's out-of-memory path (the new-handler, std::bad_alloc), are in override_new.cc. */
 _Static_assert(sizeof(size_t) == sizeof(unsigned long), "operator new names assume LP64");
 void *_trove_new_oom(size_t size) TROVE_HIDDEN;
 static TROVE_NOINLINE void *new_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) {

@@ -64,10 +64,10 @@ inline void *new_aligned(std::size_t n, std::align_val_t al) {
 }
 }  // namespace
 
-// operator new(size_t), new[](size_t), delete(void *), delete[](void *) and the sized deletes
-// are defined in override.c, where malloc's and free's inline fast paths are: a new or a
-// delete then costs what a malloc or a free does, with no call through the PLT. Their out of
-// memory case comes here.
+// operator new(size_t), new[](size_t), delete(void *), delete[](void *), the sized deletes and
+// the aligned forms (but the nothrow ones) are defined in override.c, where malloc's and free's
+// inline fast paths are: a new or a delete then costs what a malloc or a free does, with no
+// call through the PLT. Their out of memory case comes here.
 extern "C" __attribute__((visibility("hidden"))) void *_trove_new_oom(std::size_t n) {
   return retry_or_throw(n, 0);
 }
