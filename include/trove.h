@@ -75,6 +75,8 @@ typedef struct trove_stats_s {
   size_t superblocks_claimed;  /* abandoned ones taken up by another thread's free */
   size_t blocks_borrowed;    /* mallocs served by a block of a larger class (its own was used
                                 up; see docs/DESIGN.md, "Borrowing") */
+  size_t blocks_parked;      /* frees of blocks above 1 KiB handed to the class's next malloc
+                                (docs/DESIGN.md, "Parking") */
   size_t threads;            /* live thread heaps */
   size_t heaps_created;
   size_t arenas;             /* page heap arenas (TROVE_ARENAS) */

@@ -330,10 +330,13 @@ typedef struct trove_class_lists_s {
   uint8_t grow, churn;
   uint16_t fresh;
   trove_sb_t *partial_tail;
+  uint64_t parked_at;                      /* heap.c, park: when a block was last parked on
+                                              the current superblock (ms, a tick's), 0: none
+                                              since the last unpark */
 } trove_class_lists_t;
 
 typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
-  size_t slow_mallocs, remote_frees, released, adopted, sb_fresh, borrowed;
+  size_t slow_mallocs, remote_frees, released, adopted, sb_fresh, borrowed, parked;
   size_t abandoned, claimed;               /* full superblocks let go; taken up by another heap */
 } trove_heap_counters_t;
 

@@ -32,6 +32,10 @@ _Atomic size_t _trove_lock_waits[2];
 /* Walk every run of every segment; the page heap lock keeps runs from splitting under us. */
 static size_t walk_segments(trove_stats_t *st) {
   size_t pool_empty_bytes = 0;          /* empty superblocks waiting in the pool (heap.c) */
+  /* Live blocks summed per class with their signs: a current superblock counts the blocks
+   * parked on its list (heap.c, park) as free, below its own live blocks (it may go below
+   * 0), while their own superblocks count them live; per class the two cancel. */
+  int64_t used_sum[TROVE_CLASSES] = {0};
   for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
        seg = _trove_pages_next_segment(seg)) {
     st->segments++;
@@ -40,15 +44,11 @@ static size_t walk_segments(trove_stats_t *st) {
       const trove_sb_t *sb = _trove_seg_run(seg, pg);
       size_t n = sb->npages ? sb->npages : 1;
       if (sb->kind == TROVE_SPAN_SMALL) {
-        int32_t used = _trove_sb_used(sb);
         trove_class_stats_t *c = &st->classes[sb->cls];
         c->block_size = sb->bsize;
         c->superblocks++;
         c->blocks_capacity += sb->capacity;
-        if (used > 0) {
-          c->blocks_in_use += (size_t)used;
-          st->in_use += (size_t)used * sb->bsize;
-        }
+        used_sum[sb->cls] += _trove_sb_used(sb);
         if (sb->state == TROVE_SB_POOL && sb->pool_empty) {
           pool_empty_bytes += sb->span_bytes;   /* free memory waiting to be reused: dirty */
         } else if (sb->state == TROVE_SB_POOL) {
@@ -65,6 +65,11 @@ static size_t walk_segments(trove_stats_t *st) {
       pg += n;
     }
   }
+  for (size_t cls = 1; cls < TROVE_CLASSES; cls++)
+    if (used_sum[cls] > 0) {
+      st->classes[cls].blocks_in_use = (size_t)used_sum[cls];
+      st->in_use += (size_t)used_sum[cls] * st->classes[cls].block_size;
+    }
   return pool_empty_bytes;
 }
 
@@ -96,6 +101,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
     st->superblocks_abandoned += h->c.abandoned;
     st->superblocks_claimed += h->c.claimed;
     st->blocks_borrowed += h->c.borrowed;
+    st->blocks_parked += h->c.parked;
     st->spare_bytes += (size_t)__atomic_load_n(&h->spare_pages, __ATOMIC_RELAXED)
                        << TROVE_PAGE_SHIFT;
   }
@@ -148,9 +154,10 @@ TROVE_API void trove_stats_print(FILE *out) {
           st.heaps_created, st.slow_mallocs, st.remote_frees);
   fprintf(out,
           "  superblocks released %zu, adopted %zu, abandoned %zu, claimed %zu; blocks borrowed "
-          "%zu; purges %zu (%zu KiB)\n",
+          "%zu, parked %zu; purges %zu (%zu KiB)\n",
           st.superblocks_released, st.superblocks_adopted, st.superblocks_abandoned,
-          st.superblocks_claimed, st.blocks_borrowed, st.purges, st.purged_bytes >> 10);
+          st.superblocks_claimed, st.blocks_borrowed, st.blocks_parked, st.purges,
+          st.purged_bytes >> 10);
   fprintf(out, "  arenas %zu (%zu in use); locks found taken: pool %zu, page heap %zu\n",
           st.arenas, st.arenas_in_use, st.lock_waits_pool, st.lock_waits_pages);
   fprintf(out, "  %8s %10s %10s %8s %6s\n", "class", "in use", "capacity", "sblocks", "full%");

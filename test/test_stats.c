@@ -944,9 +944,60 @@ static void borrowing(void) {
   CHECK(class_of(5120) == NULL || class_of(5120)->blocks_in_use == 0);
 }
 
+/* Parking (heap.c, park): a thread that replaces blocks of one class at random, in
+ * superblocks of a few blocks that it keeps full, gets back from each malloc the block it
+ * freed just before, though that block's superblock is not the current one; the class's
+ * live count stays exact while a block is parked; and once the thread has exited and freed
+ * everything, nothing of the class is left (its heap, handed back, unparks the block). */
+enum { PARK_N = 64, PARK_OPS = 20000, PARK_SIZE = 7000 };
+static void *park_worker(void *arg) {
+  size_t *res = arg;
+  void *p[PARK_N];
+  trove_stats_get(&st);
+  size_t parked0 = st.blocks_parked;
+  for (int i = 0; i < PARK_N; i++) CHECK((p[i] = trove_malloc(PARK_SIZE)) != NULL);
+  unsigned r = 1;
+  for (int i = 0; i < PARK_OPS; i++) {
+    r = r * 1103515245u + 12345u;
+    int k = (int)((r >> 16) % PARK_N);
+    void *old = p[k];
+    trove_free(old);
+    CHECK((p[k] = trove_malloc(PARK_SIZE)) != NULL);
+    memset(p[k], 7, 64);
+    res[0] += p[k] == old;
+  }
+  trove_stats_get(&st);
+  const trove_class_stats_t *c = class_of(trove_malloc_usable_size(p[0]));
+  res[1] = c ? c->blocks_in_use : 0;
+  res[2] = c ? c->blocks_capacity / c->superblocks : 0;
+  res[3] = trove_malloc_usable_size(p[0]);
+  res[4] = st.blocks_parked - parked0;
+  for (int i = 0; i < PARK_N; i++) trove_free(p[i]);
+  return NULL;
+}
+
+static void parked_blocks(void) {
+  size_t res[5] = {0, 0, 0, 0, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, park_worker, res) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  printf("parked_blocks: %zu of %d mallocs of %zu B (%zu a superblock) returned the block "
+         "freed before (%zu parked); %zu live\n", res[0], PARK_OPS, res[3], res[2], res[4],
+         res[1]);
+  CHECK(res[2] < 32);                      /* a class whose blocks are parked */
+  CHECK(res[0] >= PARK_OPS * 9 / 10);
+  CHECK(res[4] >= PARK_OPS / 2);
+  CHECK(res[1] == PARK_N);
+  trove_collect();
+  trove_stats_get(&st);
+  const trove_class_stats_t *c = class_of(res[3]);
+  CHECK(c == NULL || (c->blocks_in_use == 0 && c->superblocks == 0));
+}
+
 int main(int argc, char **argv) {
   borrowing();
   sparse_empty_given_back();
+  parked_blocks();
   empties_reused();
   single_thread_exact();
   purged_counted_once();
