@@ -15,6 +15,10 @@
  *                 server's buffers of varied sizes, replaced at random. Where an allocator
  *                 keeps few blocks of these sizes per unit of its own bookkeeping (a page run
  *                 or a short superblock each) every replacement takes its slow paths.
+ *   bufpool       (--pool) plain malloc of one size, 4 KiB (--min-size): a pool of page-sized
+ *                 buffers (a database's pages, a server's I/O buffers) churned at random, so
+ *                 that each free lands in a block group other than the one the next malloc
+ *                 takes from.
  *
  * Result: time (s), throughput (replacements per second, all threads) and peak_rss.
  */
@@ -73,14 +77,15 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   bu_common c = bu_common_defaults(1);
-  long ops = -1, slots = 256, min_size = 16, max_size = -1, align_min = -1, align_max = -1;
-  bool huge = false, plain = false;
+  long ops = -1, slots = 256, min_size = -1, max_size = -1, align_min = -1, align_max = -1;
+  bool huge = false, plain = false, pool = false;
   const bu_opt opts[] = {
       {"huge", BU_OPT_FLAG, &huge, "aligned-huge: 2 MiB alignment, sizes up to 100 KB"},
       {"plain", BU_OPT_FLAG, &plain, "bufswap: malloc, no alignment asked (result name bufswap)"},
-      {"ops", BU_OPT_LONG, &ops, "replacements over all threads (400k; huge 40k; smoke 2000)"},
+      {"pool", BU_OPT_FLAG, &pool, "bufpool: malloc of one size, --min-size (4096)"},
+      {"ops", BU_OPT_LONG, &ops, "replacements over all threads (400k; huge 40k; pool 10M; smoke 2000)"},
       {"slots", BU_OPT_LONG, &slots, "blocks each thread keeps (256)"},
-      {"min-size", BU_OPT_LONG, &min_size, "smallest block in bytes (16)"},
+      {"min-size", BU_OPT_LONG, &min_size, "smallest block in bytes (16; pool 4096)"},
       {"max-size", BU_OPT_LONG, &max_size, "largest block in bytes (16384; huge 102400)"},
       {"align-min", BU_OPT_LONG, &align_min, "smallest alignment, a power of two (16; huge 2 MiB)"},
       {"align-max", BU_OPT_LONG, &align_max, "largest alignment, a power of two (4096; huge 2 MiB)"},
@@ -89,10 +94,15 @@ int main(int argc, char **argv) {
                 "aligned: t threads each keep --slots blocks from posix_memalign and replace a\n"
                 "random one at a time with one of another size and alignment.",
                 &c, opts, (int)(sizeof opts / sizeof opts[0]));
-  if (ops < 0) ops = bu_scaled(c.smoke ? 2000 : huge ? 40000 : 400000, c.scale, 10);
+  if (ops < 0) ops = bu_scaled(c.smoke ? 2000 : huge ? 40000 : pool ? 10000000 : 400000, c.scale, 10);
   if (max_size < 0) max_size = huge ? 102400 : 16384;
   if (align_min < 0) align_min = huge ? 2 << 20 : 16;
   if (align_max < 0) align_max = huge ? 2 << 20 : 4096;
+  if (min_size < 0) min_size = pool ? 4096 : 16;
+  if (pool) {
+    plain = true;
+    max_size = min_size;
+  }
   if (c.smoke && slots > 32) slots = 32;
   if (ops < 1 || slots < 1 || min_size < 1 || max_size < min_size || align_min < 16 ||
       align_max < align_min ||
@@ -116,7 +126,7 @@ int main(int argc, char **argv) {
   }
   bu_run_workers(t, worker, ws, sizeof ws[0], &G.start);
   double secs = bu_span_seconds(&ws[0].span, sizeof ws[0], t);
-  const char *name = plain ? "bufswap" : huge ? "aligned-huge" : "aligned";
+  const char *name = pool ? "bufpool" : plain ? "bufswap" : huge ? "aligned-huge" : "aligned";
   bu_result(name, t, "time", secs, "s");
   bu_result_spans(name, t, &ws[0].span, sizeof ws[0], t);
   bu_result(name, t, "throughput", (double)G.ops_per_thread * t / secs, "ops/s");
