@@ -445,6 +445,7 @@ static inline bool _trove_heap_live(const trove_heap_t *h) {
 void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_heap_flush_remote(void) TROVE_HIDDEN;   /* the calling thread's batch (heap.c) */
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;
+size_t _trove_blocks_purged(void) TROVE_HIDDEN;   /* heap.c: idle free blocks purged so far */
 void _trove_free_other(trove_block_t *b, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_free_unmapped(void *p) TROVE_HIDDEN;
 void _trove_heap_thread_done(void *h) TROVE_HIDDEN;

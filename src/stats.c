@@ -111,6 +111,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   size_t clean = st->free_page_bytes - st->dirty_page_bytes;
   st->resident = st->held > clean ? st->held - clean : 0;
   (void)large_cached;
+  st->blocks_purged = _trove_blocks_purged();
   st->purges = atomic_load(&_trove_os_purge_calls);
   st->lock_waits_pool = atomic_load(&_trove_lock_waits[TROVE_LOCK_POOL]);
   st->lock_waits_pages = atomic_load(&_trove_lock_waits[TROVE_LOCK_PAGES]);
@@ -154,10 +155,10 @@ TROVE_API void trove_stats_print(FILE *out) {
           st.heaps_created, st.slow_mallocs, st.remote_frees);
   fprintf(out,
           "  superblocks released %zu, adopted %zu, abandoned %zu, claimed %zu; blocks borrowed "
-          "%zu, parked %zu; purges %zu (%zu KiB)\n",
+          "%zu, parked %zu, purged %zu; purges %zu (%zu KiB)\n",
           st.superblocks_released, st.superblocks_adopted, st.superblocks_abandoned,
-          st.superblocks_claimed, st.blocks_borrowed, st.blocks_parked, st.purges,
-          st.purged_bytes >> 10);
+          st.superblocks_claimed, st.blocks_borrowed, st.blocks_parked, st.blocks_purged,
+          st.purges, st.purged_bytes >> 10);
   fprintf(out, "  arenas %zu (%zu in use); locks found taken: pool %zu, page heap %zu\n",
           st.arenas, st.arenas_in_use, st.lock_waits_pool, st.lock_waits_pages);
   fprintf(out, "  %8s %10s %10s %8s %6s\n", "class", "in use", "capacity", "sblocks", "full%");
