@@ -1000,7 +1000,9 @@ static void parked_blocks(void) {
  * 512 blocks of 12 KiB (4 a superblock), written whole, three in four freed. The live ones
  * keep every byte, and the freed ones come back to malloc without new superblocks: their
  * links, in the page kept, still make each superblock's list of three whole. Twice: on
- * trove_collect, then on the timed work. */
+ * trove_collect, then on the timed work, by when the blowup rule has moved some of those
+ * superblocks (6 MiB of them, past K, with the main thread's heap alive) to the pool, whose
+ * timed sweep purges them (without it, 168 of the 384 were). */
 enum { IDLE_N = 512, IDLE_SIZE = 12 * 1024 };
 static size_t rss_now(void) {
   trove_stats_get(&st);
