@@ -77,8 +77,8 @@ typedef struct trove_stats_s {
                                 up; see docs/DESIGN.md, "Borrowing") */
   size_t blocks_parked;      /* frees of blocks above 1 KiB handed to the class's next malloc
                                 (docs/DESIGN.md, "Parking") */
-  size_t blocks_purged;      /* idle free blocks of 8 KiB and up whose pages past the first
-                                went back to the OS (docs/DESIGN.md, "Idle free blocks") */
+  size_t blocks_purged;      /* idle free blocks above 4 KiB whose whole pages went back to
+                                the OS (docs/DESIGN.md, "Idle free blocks") */
   size_t threads;            /* live thread heaps */
   size_t heaps_created;
   size_t arenas;             /* page heap arenas (TROVE_ARENAS) */

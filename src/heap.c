@@ -706,15 +706,16 @@ static void cur_trim(trove_heap_t *h, uint64_t now, bool all) {
 
 /* ------------------------------------------------------------------ idle free blocks */
 /* A superblock with live blocks never goes back to the OS, so its free blocks stay resident
- * however long they lie idle: after a burst of blocks from 8 KiB up (2-4 to a superblock),
- * the survivors pin the pages of their freed neighbours. A program that wrote 100 MiB of
+ * however long they lie idle: after a burst of blocks above 4 KiB (2-8 to a superblock), a
+ * few survivors pin the pages of their freed neighbours. A program that wrote 100 MiB of
  * 8-64 KiB blocks, freed nine in ten at random and went quiet held 23.8 MiB for 10.5 MiB
  * live (glibc, jemalloc, tcmalloc, mimalloc 3 and snmalloc kept all of their 104-127 MiB).
- * So free blocks of PURGE_BLOCK_MIN and up that stay on their superblock's lists for the
- * purge delay give back their whole (4 KiB) pages past the first, whose first 16 bytes hold
- * the free tag and the link: a double free is still caught and the list stays whole, and a
- * malloc that takes the block again faults those pages back in, zeroed. That program now
- * holds 14.8 MiB; with 4-16 KiB blocks 28.8 MiB instead of 44.6.
+ * So a free block above 4 KiB that stays on its superblock's lists for the purge delay gives
+ * back the whole (4 KiB) pages it holds past its first 16 bytes, which keep the free tag and
+ * the link: a double free is still caught and the list stays whole, and a malloc that takes
+ * the block again faults those pages back in, zeroed. That program now holds 14.8 MiB; with
+ * 4-16 KiB blocks 27.4 MiB instead of 44.6, with 1-8 KiB 47.6 instead of 54.5 (a block of
+ * 4.5-8 KiB holds a whole page past its head in some places of its superblock only).
  * Idleness is seen as cur_trim sees it: a scan (every half delay, the heap's timed work)
  * marks the superblock with its two list heads, and one at least the delay later that finds
  * the same heads purges what is on the lists then and marks it purged (bit 1), so that it is
@@ -723,7 +724,7 @@ static void cur_trim(trove_heap_t *h, uint64_t now, bool all) {
  * a pass) and the pool's superblocks with live blocks are scanned; trove_collect and
  * malloc_trim purge them all at once. Segments in huge pages are left whole (a purge of
  * 4 KiB pieces would split them). */
-#define PURGE_BLOCK_MIN ((size_t)8192)
+#define PURGE_BLOCK_MIN ((size_t)4097)   /* blocks above a page: the classes from 4,608 B */
 #define PURGE_SCAN 1024
 static size_t purge_free_list(trove_block_t *b, size_t bsize) {
   size_t n = 0;

@@ -994,8 +994,8 @@ static void parked_blocks(void) {
   CHECK(c == NULL || (c->blocks_in_use == 0 && c->superblocks == 0));
 }
 
-/* Idle free blocks of 8 KiB and up in superblocks with live blocks give their pages past the
- * first back (heap.c, idle_blocks_purge): at once on trove_collect, after the purge delay on
+/* Idle free blocks above 4 KiB in superblocks with live blocks give their whole pages past
+ * their first 16 bytes back (heap.c, idle_blocks_purge): at once on trove_collect, after the purge delay on
  * the thread's timed work. In a thread of its own (a heap with nothing else in its lists):
  * 512 blocks of 12 KiB (4 a superblock), written whole, three in four freed. The live ones
  * keep every byte, and the freed ones come back to malloc without new superblocks: their
