@@ -610,17 +610,58 @@ static size_t empty_len_index(const trove_sb_t *sb) {
   return sb->npages < EMPTY_LENS ? sb->npages : EMPTY_LENS - 1;
 }
 
-static void empty_push(trove_heap_t *h, trove_sb_t *sb) {
-  list_push(&h->empty, sb);
-  h->nempty_cls[sb->cls]++;
-  h->nempty_len[empty_len_index(sb)]++;
-  sb->freed_at = h->now_ms;                /* the clock as of the last tick: close enough */
+/* The empty list's counts: written under the cache's lock, read as hints without it. */
+static void empty_count_add(trove_heap_t *h, const trove_sb_t *sb, int d) {
+  uint16_t *c = &h->nempty_cls[sb->cls], *l = &h->nempty_len[empty_len_index(sb)];
+  __atomic_store_n(&h->nempty, (uint32_t)((int)h->nempty + d), __ATOMIC_RELAXED);
+  __atomic_store_n(c, (uint16_t)(*c + d), __ATOMIC_RELAXED);
+  __atomic_store_n(l, (uint16_t)(*l + d), __ATOMIC_RELAXED);
+}
+static uint32_t empty_count(const trove_heap_t *h) {
+  return __atomic_load_n(&h->nempty, __ATOMIC_RELAXED);
+}
+static uint16_t empty_count_cls(const trove_heap_t *h, size_t cls) {
+  return __atomic_load_n(&h->nempty_cls[cls], __ATOMIC_RELAXED);
+}
+static uint16_t empty_count_len(const trove_heap_t *h, size_t n) {
+  return __atomic_load_n(&h->nempty_len[n < EMPTY_LENS ? n : EMPTY_LENS - 1], __ATOMIC_RELAXED);
 }
 
-static void empty_remove(trove_heap_t *h, trove_sb_t *sb) {
+static void mc_lock(trove_heap_t *h);
+static void mc_unlock(trove_heap_t *h);
+static void empty_push(trove_heap_t *h, trove_sb_t *sb) {
+  mc_lock(h);
+  list_push(&h->empty, sb);
+  empty_count_add(h, sb, 1);
+  sb->freed_at = h->now_ms;                /* the clock as of the last tick: close enough */
+  mc_unlock(h);
+}
+
+/* The cache's lock held; the caller takes it off sparse_pages too (or a sweep, swept_pages). */
+static void empty_remove_locked(trove_heap_t *h, trove_sb_t *sb) {
   list_remove(&h->empty, sb);
-  h->nempty_cls[sb->cls]--;
-  h->nempty_len[empty_len_index(sb)]--;
+  empty_count_add(h, sb, -1);
+}
+
+/* The first empty superblock that `fits` (the cache's lock held), taken off the list; NULL if
+ * none. */
+static trove_sb_t *empty_take_locked(trove_heap_t *h, bool (*fits)(const trove_sb_t *, size_t, size_t),
+                                     size_t a, size_t b) {
+  for (trove_sb_t *sb = h->empty; sb; sb = sb->next)
+    if (fits == NULL || fits(sb, a, b)) {
+      empty_remove_locked(h, sb);
+      h->sparse_pages -= sb->npages;
+      return sb;
+    }
+  return NULL;
+}
+static trove_sb_t *empty_take(trove_heap_t *h, bool (*fits)(const trove_sb_t *, size_t, size_t),
+                              size_t a, size_t b) {
+  if (empty_count(h) == 0) return NULL;
+  mc_lock(h);
+  trove_sb_t *sb = empty_take_locked(h, fits, a, b);
+  mc_unlock(h);
+  return sb;
 }
 
 static void sparse_add(trove_heap_t *h, trove_sb_t *sb) {
@@ -641,15 +682,12 @@ static void sparse_unlink_live(trove_heap_t *h, trove_sb_t *sb) {
   h->sparse_map[sb->cls / 64] &= ~((uint64_t)(--l->nsparse == 0) << (sb->cls % 64));
 }
 
-/* A sparse superblock on its class's list and nothing else: a superblock's live count only
- * falls while it is sparse, and the free that takes it to 0 moves it (sparse_now_empty). */
-static void sparse_remove(trove_heap_t *h, trove_sb_t *sb) {
+/* A sparse superblock with live blocks off its class's list (the empty ones leave through
+ * empty_take): a superblock's live count only falls while it is sparse, and the free that
+ * takes it to 0 moves it (sparse_now_empty). */
+static void sparse_remove_live(trove_heap_t *h, trove_sb_t *sb) {
   h->sparse_pages -= sb->npages;
-  if (_trove_sb_used(sb) == 0) {
-    empty_remove(h, sb);
-  } else {
-    sparse_unlink_live(h, sb);
-  }
+  sparse_unlink_live(h, sb);
 }
 
 static void sparse_now_empty(trove_heap_t *h, trove_sb_t *sb) {
@@ -658,17 +696,35 @@ static void sparse_now_empty(trove_heap_t *h, trove_sb_t *sb) {
 }
 
 /* ------------------------------------------------------------------ empty superblocks */
-/* An empty superblock stays on its heap's sparse list (it counts towards K) with its free
- * list intact, so the same class reuses it without carving again; it leaves when the sparse
- * list overflows or after the purge delay. */
-static void sparse_trim(trove_heap_t *h, bool all) {
-  uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+/* The cache's lock held: the empty ones emptied a purge delay before `now` (all if `all`) off
+ * the list onto *out; how many pages they hold. */
+static uint32_t empty_due_locked(trove_heap_t *h, uint64_t now, bool all, trove_sb_t **out) {
+  uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  uint32_t pages = 0;
   for (trove_sb_t *sb = h->empty, *next; sb; sb = next) {
     next = sb->next;
-    if (all || now - sb->freed_at >= delay) {
-      sparse_remove(h, sb);
-      sb_release(sb, false);
+    if (all || sb->freed_at + delay <= now) {
+      empty_remove_locked(h, sb);
+      pages += sb->npages;
+      sb->next = *out;
+      *out = sb;
     }
+  }
+  return pages;
+}
+
+/* An empty superblock stays on its heap's sparse list (it counts towards K) with its free
+ * list intact, so the same class reuses it without carving again; it leaves when the sparse
+ * list overflows or after the purge delay (also by another thread's sweep while its own
+ * thread waits, see sweep_idle_caches). */
+static void sparse_trim(trove_heap_t *h, bool all) {
+  trove_sb_t *due = NULL;
+  mc_lock(h);
+  h->sparse_pages -= empty_due_locked(h, _trove_os_now_ms(), all, &due);
+  mc_unlock(h);
+  for (trove_sb_t *next; due; due = next) {
+    next = due->next;
+    sb_release(due, false);
   }
 }
 
@@ -803,14 +859,15 @@ static void pool_purge(uint64_t now, bool all) {
  * threads, and mtmalloctest, shbench-large, sizesweep and xmalloc kept their peak RSS. */
 #define SPARSE_LOOK 16
 static void sparse_release_emptiest(trove_heap_t *h) {
-  trove_sb_t *min = h->empty;
+  trove_sb_t *min = empty_take(h, NULL, 0, 0);
   unsigned look = SPARSE_LOOK;
   for (size_t w = 0; min == NULL && w < sizeof h->sparse_map / sizeof h->sparse_map[0]; w++)
     for (uint64_t m = h->sparse_map[w]; m && look; m &= m - 1)
       for (trove_sb_t *sb = h->lists[w * 64 + (size_t)__builtin_ctzll(m)].sparse; sb && look;
            sb = sb->next, look--)
         if (min == NULL || _trove_sb_used(sb) < _trove_sb_used(min)) min = sb;
-  sparse_remove(h, min);
+  if (min == NULL) return;                 /* a sweep took the empty ones meanwhile */
+  if (_trove_sb_used(min) != 0) sparse_remove_live(h, min);
   if (_trove_sb_used(min) == 0 && spare_put(h, min)) return;   /* kept for the next burst */
   h->c.released++;
   if (_trove_sb_used(min) == 0) h->lists[min->cls].churn = 1;   /* see sb_grow */
@@ -836,14 +893,16 @@ static void sparse_release_emptiest(trove_heap_t *h) {
  * (phases-small at 2 threads: 105k remote frees and 25k adoptions in 0.12 s; waiting, none,
  * and 10-13% faster at 2-8 threads). The timed work releases them if the heap is still past
  * K when they are due (docs/DESIGN.md, the blowup bound). */
-static bool over_k(const trove_heap_t *h) {
+static bool over_k(trove_heap_t *h) {
+  if (atomic_load_explicit(&h->swept_pages, memory_order_relaxed) != 0)
+    h->sparse_pages -= atomic_exchange_explicit(&h->swept_pages, 0, memory_order_relaxed);
   return h->sparse_pages > (uint32_t)TROVE_OPT(BLOWUP_K) * TROVE_SB_PAGES;
 }
 
 static void release_over_k(trove_heap_t *h, bool timed) {
   unsigned live_releases = 0;
   while (over_k(h)) {
-    if (h->empty == NULL) {
+    if (empty_count(h) == 0) {
       if (live_releases++ == 8 || atomic_load_explicit(&heaps_alive, memory_order_relaxed) < 2)
         break;
       uint64_t now = timed ? h->now_ms : _trove_os_now_ms();
@@ -1993,11 +2052,13 @@ static void heap_reset(trove_heap_t *h) {
   for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   h->coarse = false;
   memset(h->lists, 0, sizeof h->lists);
-  h->empty = NULL;
-  memset(h->nempty_cls, 0, sizeof h->nempty_cls);
-  memset(h->nempty_len, 0, sizeof h->nempty_len);
   memset(h->sparse_map, 0, sizeof h->sparse_map);
   mc_lock(h);                     /* a sweep may look at a live heap's cache (its thread exits) */
+  h->empty = NULL;
+  __atomic_store_n(&h->nempty, 0, __ATOMIC_RELAXED);
+  for (size_t i = 0; i < TROVE_CLASSES; i++) __atomic_store_n(&h->nempty_cls[i], 0, __ATOMIC_RELAXED);
+  for (size_t i = 0; i < EMPTY_LENS; i++) __atomic_store_n(&h->nempty_len[i], 0, __ATOMIC_RELAXED);
+  atomic_store_explicit(&h->swept_pages, 0, memory_order_relaxed);
   memset(h->mcache, 0, sizeof h->mcache);
   memset(h->mcache_map, 0, sizeof h->mcache_map);
   h->mcache_pages = 0;
@@ -2085,14 +2146,10 @@ static void heap_abandon(trove_heap_t *h) {
   for (size_t c = 1; c < TROVE_CLASSES; c++)
     while (h->lists[c].sparse) {
       trove_sb_t *sb = h->lists[c].sparse;
-      sparse_remove(h, sb);
+      sparse_remove_live(h, sb);
       sb_release(sb, true);
     }
-  while (h->empty) {
-    trove_sb_t *sb = h->empty;
-    sparse_remove(h, sb);
-    sb_release(sb, true);
-  }
+  for (trove_sb_t *sb; (sb = empty_take(h, NULL, 0, 0)) != NULL;) sb_release(sb, true);
   medium_cache_trim(h, true);
   spare_trim(h, true);
   heap_reset(h);
@@ -2258,7 +2315,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   if (h != &_trove_heap_empty) h->now_ms = now;
   uint64_t due = atomic_load_explicit(&next_purge_ms, memory_order_relaxed);
   if (h != &_trove_heap_empty && now >= h->cur_scan_ms) unpark_all(h);   /* before the trim */
-  if (h != &_trove_heap_empty && h->empty && now >= h->sparse_scan_ms) {
+  if (h != &_trove_heap_empty && empty_count(h) && now >= h->sparse_scan_ms) {
     sparse_trim(h, false);                 /* a full walk: at most every quarter delay */
     h->sparse_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 4 + 1;
   }
@@ -2293,10 +2350,10 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
  * do, where glibc (74) and jemalloc (94) had unmapped their large blocks on free. This
  * thread runs the process-wide part of that work every half purge delay (at least 10 ms;
  * up to 8 half delays while its passes give nothing back, see background_main):
- * the pool, idle threads' queues, medium caches and spare superblocks, the page heap's free
- * pages and the large mappings cached past the delay all go back without a call from the
- * program. A thread's own empty superblocks and current ones stay for its own calls (only
- * the owner touches its lists). Off by default: it is a thread the program did not make
+ * the pool, idle threads' queues, medium caches, spare and empty superblocks
+ * (sweep_idle_caches), the page heap's free pages and the large mappings cached past the
+ * delay all go back without a call from the program. A thread's current superblocks stay
+ * for its own calls (its fast paths use them without a lock). Off by default: it is a thread the program did not make
  * (programs that count their threads, or warn on fork() with several, would see it). It
  * starts on the first timed pass (after the program's first slow paths, never at load),
  * once per process: a child of fork() starts its own (its fork generation differs), with
@@ -2387,19 +2444,43 @@ static void sweep_idle_queues(bool all) {
 
 /* The medium caches of live threads: the runs cached for 1/8 of the purge delay (all of them
  * if `all`) go back to the page heap, for a thread that has made no medium call since (its
- * own calls trim its cache). A cache whose owner holds its lock is skipped: the owner is at
- * work on it. */
+ * own calls trim its cache); so do their spare superblocks past the same age, and their
+ * empty superblocks past the purge delay.
+ *
+ * Idle empty superblocks. Within K a heap keeps the superblocks it emptied (up to 1.5 MiB),
+ * for its own next burst, and its own timed work gives back those that waited a purge delay
+ * (sparse_trim). A thread that frees a burst and then blocks (a pool's worker between jobs,
+ * a connection's thread waiting on its client) makes no call, so its empty ones stayed
+ * resident for as long as it waited: 16 threads that each built and freed 4 MiB of 16-512 B
+ * blocks and then blocked held 34 MiB after 3 s (with the background thread; 10.5 of it was
+ * the rest: current superblocks, which the fast paths use without a lock). The empty list is
+ * under the cache's lock for that (its owner takes it on the slow paths that push or take an
+ * empty superblock, one exchange each), and the sweep gives back the empty ones that waited
+ * a purge delay, as their owner would: what they held is subtracted from the owner's
+ * sparse_pages when it next looks (swept_pages), so the owner's counters stay its own.
+ *
+ * A cache whose owner holds its lock is skipped: the owner is at work on it. */
 static void sweep_idle_caches(bool all) {
   uint64_t now = _trove_os_now_ms();
+  trove_sb_t *due = NULL;
   pthread_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (!h->alive || h->shared || h->orphan || h->fork_gen != _trove_fork_gen) continue;
     if (!mc_trylock(h)) continue;
     mcache_trim_locked(h, now, all);
     spare_trim_locked(h, now, all);
+    if (h->empty != NULL) {
+      uint32_t pages = empty_due_locked(h, now, all, &due);
+      if (pages) atomic_fetch_add_explicit(&h->swept_pages, pages, memory_order_relaxed);
+    }
     mc_unlock(h);
   }
   pthread_mutex_unlock(&_trove_locks.heaps);
+  /* to the page heap as free since they emptied, as spares go (spare_release) */
+  for (trove_sb_t *next; due; due = next) {
+    next = due->next;
+    spare_release(due);
+  }
 }
 
 void _trove_heap_collect(trove_heap_t *h, bool force) {
@@ -2692,19 +2773,23 @@ static void grow_decay(trove_heap_t *h) {
  * thread), and walked on every slow malloc, the empty list (up to K's worth, 100-200
  * superblocks of every class) was 10% of a CPython run's time (PYTHONMALLOC=malloc, a class
  * borrowing its blocks went there on every malloc: 230M steps in 2.25M calls). */
+static bool of_class(const trove_sb_t *sb, size_t cls, size_t unused) {
+  (void)unused;
+  return sb->cls == cls;
+}
+static bool of_length(const trove_sb_t *sb, size_t want, size_t pages) {
+  return sb->npages >= want && sb->npages <= pages;
+}
 static trove_sb_t *take_own(trove_heap_t *h, size_t cls) {
   trove_sb_t *best = NULL;
   unsigned look = SPARSE_LOOK;
   for (trove_sb_t *sb = h->lists[cls].sparse; sb && look; sb = sb->next, look--)
     if (best == NULL || _trove_sb_used(sb) > _trove_sb_used(best)) best = sb;
-  if (best == NULL && h->nempty_cls[cls] != 0)
-    for (trove_sb_t *sb = h->empty; sb; sb = sb->next)
-      if (sb->cls == cls) {
-        best = sb;
-        break;
-      }
-  if (best) sparse_remove(h, best);
-  return best;
+  if (best) {
+    sparse_remove_live(h, best);
+    return best;
+  }
+  return empty_count_cls(h, cls) != 0 ? empty_take(h, of_class, cls, 0) : NULL;
 }
 
 static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t cls, void **lent) {
@@ -2742,19 +2827,12 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   /* The empty list is walked for one of another class only when it holds one of a length
    * to carve again (see take_own). */
   bool other = false;
-  for (size_t n = want; !other && n <= pages; n++)
-    other = h->nempty_len[n < EMPTY_LENS ? n : EMPTY_LENS - 1] != 0;
+  for (size_t n = want; !other && n <= pages; n++) other = empty_count_len(h, n) != 0;
   /* a spare of the class next, as it is */
   if ((best = spare_take(h, cls, false, want, pages)) != NULL) return best;
-  for (sb = other ? h->empty : NULL; sb; sb = sb->next)
-    if (sb->npages >= want && sb->npages <= pages) {
-      empty = sb;
-      break;
-    }
   if ((best = pool_adopt_any(h, cls)) != NULL) return best;
-  if (empty != NULL) {                       /* an empty one of another class: re-carve */
-    sparse_remove(h, empty);
-    _trove_sb_init(empty, cls);
+  if (other && (empty = empty_take(h, of_length, want, pages)) != NULL) {
+    _trove_sb_init(empty, cls);              /* an empty one of another class: re-carve */
     return empty;
   }
   if ((best = spare_take(h, cls, true, want, pages)) != NULL) return best;
@@ -2965,9 +3043,10 @@ enomem:
 static TROVE_NOINLINE void *switch_own(trove_heap_t *h, size_t size, trove_sb_t *sb) {
   size_t cls = sb->cls;
   if (h->lists[cls].sparse == NULL &&
-      (h->nempty_cls[cls] == 0 || h->coarse || shared_class(h, cls)))
+      (empty_count_cls(h, cls) == 0 || h->coarse || shared_class(h, cls)))
     return malloc_slow(h, size);
   trove_sb_t *next = take_own(h, cls);
+  if (unlikely(next == NULL)) return malloc_slow(h, size);   /* a sweep took the empty one */
   retire_full(h, cls, sb);
   set_current(h, cls, next);
   /* never fails (a sparse or empty one has fewer live blocks than it holds); if it did,

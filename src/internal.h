@@ -363,14 +363,19 @@ typedef struct trove_heap_s {
   _Atomic(uint32_t) remote_pending;
   trove_class_lists_t lists[TROVE_CLASSES] __attribute__((aligned(TROVE_CACHE_LINE)));
   /* f-empty owned superblocks ("sparse"): those with a live block on their class's list
-   * (lists[c].sparse, and a bit per class in sparse_map), the empty ones of every class here */
+   * (lists[c].sparse, and a bit per class in sparse_map), the empty ones of every class here,
+   * under mcache_lock (another thread's timed work gives back those of an idle heap, heap.c
+   * "idle empty superblocks") */
   trove_sb_t *empty;
-  /* how many of `empty` are of each class, and of each length in pages (the last counts
-   * all longer ones): find_superblock_rest walks the list only when it holds one it can use */
+  /* how many of `empty` there are, of each class, and of each length in pages (the last counts
+   * all longer ones): find_superblock_rest walks the list only when it holds one it can use.
+   * Written under mcache_lock, read without it as hints (relaxed atomic accesses). */
+  uint32_t nempty;
   uint16_t nempty_cls[TROVE_CLASSES];
   uint16_t nempty_len[TROVE_SB_PAGES * 4];
   uint64_t sparse_map[(TROVE_CLASSES + 63) / 64];
   uint32_t sparse_pages;                    /* pages of all sparse ones: at most K * TROVE_SB_PAGES */
+  _Atomic uint32_t swept_pages;             /* of those, given back by a sweep, not yet subtracted */
   /* medium runs this thread freed, for reuse (heap.c): a list per length, and a bitmap of the
    * lists that are not empty */
   trove_sb_t *mcache[TROVE_MCACHE_BINS];

@@ -1079,6 +1079,66 @@ static void idle_blocks_purged(void) {
   CHECK(res[3] == 2);
 }
 
+/* A thread that frees a burst within K and then blocks keeps the empty superblocks on its
+ * sparse list; trove_collect from another thread gives them back, and so does any thread's
+ * timed work once they waited a purge delay (heap.c, sweep_idle_caches), while the thread
+ * still lives. The owner's count of them stays right: its next burst keeps as many again. */
+static pthread_barrier_t ie_bar;
+enum { IE_N = 4000, IE_SIZE = 200 };  /* 208 B blocks: 157 a 32 KiB superblock, 26 of them */
+static void *idle_empties_worker(void *arg) {
+  static void *q[IE_N];
+  (void)arg;
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < IE_N; i++) CHECK((q[i] = trove_malloc(IE_SIZE)) != NULL);
+    for (int i = 0; i < IE_N; i++) memset(q[i], 0x5a, IE_SIZE);
+    for (int i = 0; i < IE_N; i++) trove_free(q[i]);
+    pthread_barrier_wait(&ie_bar);    /* freed */
+    pthread_barrier_wait(&ie_bar);    /* main has looked */
+  }
+  return NULL;
+}
+
+static void idle_thread_empties(void) {
+  if (getenv("TROVE_PURGE_DELAY_MS") != NULL || getenv("TROVE_BLOWUP_K") != NULL) return;
+  trove_collect();
+  trove_stats_get(&st);
+  size_t bs = 208, base = class_of(bs) ? class_of(bs)->superblocks : 0, kept[3], released[3];
+  CHECK(pthread_barrier_init(&ie_bar, NULL, 2) == 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, idle_empties_worker, NULL) == 0);
+  for (int round = 0; round < 3; round++) {
+    pthread_barrier_wait(&ie_bar);
+    trove_stats_get(&st);
+    kept[round] = class_of(bs) ? class_of(bs)->superblocks - base : 0;
+    released[round] = st.superblocks_released;
+    CHECK(st.spare_bytes == 0);                     /* none past K: the count was right */
+    CHECK(kept[round] >= 20);                       /* within K: kept for the next burst */
+    if (round == 0) {
+      trove_collect();                              /* from this thread: all but its current one */
+    } else if (round == 1) {
+      /* the timed work: runs after half a purge delay, from any thread's slow path or
+       * heartbeat; the empty ones go once they waited the delay */
+      struct timespec ts = {0, 400 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      for (int i = 0; i < 4096; i++) {
+        void *p = trove_malloc(64);
+        CHECK(p != NULL);
+        trove_free(p);
+      }
+    }
+    if (round < 2) {
+      trove_stats_get(&st);
+      CHECK((class_of(bs) ? class_of(bs)->superblocks : 0) <= base + 1);
+    }
+    pthread_barrier_wait(&ie_bar);
+  }
+  printf("idle_thread_empties: %zu, %zu, %zu superblocks kept\n", kept[0], kept[1], kept[2]);
+  CHECK(kept[1] == kept[0] && kept[2] == kept[0]);
+  CHECK(released[1] == released[0] && released[2] == released[0]);
+  CHECK(pthread_join(t, NULL) == 0);
+  pthread_barrier_destroy(&ie_bar);
+}
+
 int main(int argc, char **argv) {
   borrowing();
   sparse_empty_given_back();
@@ -1090,6 +1150,7 @@ int main(int argc, char **argv) {
   medium_cache_lean_when_others_fault();
   medium_cache_idle_thread();
   spare_superblocks();
+  idle_thread_empties();
   medium_queue_idle_owner();
   medium_cache_thread_exit();
   medium_cache_batch_after_reuse();
