@@ -630,10 +630,11 @@ static uint16_t empty_count_len(const trove_heap_t *h, size_t n) {
 static void mc_lock(trove_heap_t *h);
 static void mc_unlock(trove_heap_t *h);
 static void empty_push(trove_heap_t *h, trove_sb_t *sb) {
+  sb->freed_at = h->now_ms;                /* the clock as of the last tick: close enough */
   mc_lock(h);
+  if (h->empty == NULL || sb->freed_at < h->empty_oldest) h->empty_oldest = sb->freed_at;
   list_push(&h->empty, sb);
   empty_count_add(h, sb, 1);
-  sb->freed_at = h->now_ms;                /* the clock as of the last tick: close enough */
   mc_unlock(h);
 }
 
@@ -697,10 +698,12 @@ static void sparse_now_empty(trove_heap_t *h, trove_sb_t *sb) {
 
 /* ------------------------------------------------------------------ empty superblocks */
 /* The cache's lock held: the empty ones emptied a purge delay before `now` (all if `all`) off
- * the list onto *out; how many pages they hold. */
+ * the list onto *out; how many pages they hold. A walk of them all (a descriptor load each,
+ * up to K's worth), so only when the oldest is due: the sweep looks at every live heap. */
 static uint32_t empty_due_locked(trove_heap_t *h, uint64_t now, bool all, trove_sb_t **out) {
-  uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
+  uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS), oldest = UINT64_MAX;
   uint32_t pages = 0;
+  if (h->empty == NULL || (!all && h->empty_oldest + delay > now)) return 0;
   for (trove_sb_t *sb = h->empty, *next; sb; sb = next) {
     next = sb->next;
     if (all || sb->freed_at + delay <= now) {
@@ -708,8 +711,11 @@ static uint32_t empty_due_locked(trove_heap_t *h, uint64_t now, bool all, trove_
       pages += sb->npages;
       sb->next = *out;
       *out = sb;
+    } else if (sb->freed_at < oldest) {
+      oldest = sb->freed_at;
     }
   }
+  h->empty_oldest = oldest;
   return pages;
 }
 
@@ -2469,10 +2475,8 @@ static void sweep_idle_caches(bool all) {
     if (!mc_trylock(h)) continue;
     mcache_trim_locked(h, now, all);
     spare_trim_locked(h, now, all);
-    if (h->empty != NULL) {
-      uint32_t pages = empty_due_locked(h, now, all, &due);
-      if (pages) atomic_fetch_add_explicit(&h->swept_pages, pages, memory_order_relaxed);
-    }
+    uint32_t pages = empty_due_locked(h, now, all, &due);
+    if (pages) atomic_fetch_add_explicit(&h->swept_pages, pages, memory_order_relaxed);
     mc_unlock(h);
   }
   pthread_mutex_unlock(&_trove_locks.heaps);

@@ -371,6 +371,7 @@ typedef struct trove_heap_s {
    * all longer ones): find_superblock_rest walks the list only when it holds one it can use.
    * Written under mcache_lock, read without it as hints (relaxed atomic accesses). */
   uint32_t nempty;
+  uint64_t empty_oldest;                    /* none of `empty` emptied before this (ms; a hint) */
   uint16_t nempty_cls[TROVE_CLASSES];
   uint16_t nempty_len[TROVE_SB_PAGES * 4];
   uint64_t sparse_map[(TROVE_CLASSES + 63) / 64];
