@@ -67,7 +67,7 @@ run)
   } >"$work/machine.txt"
   benches=${BENCHES:-"larson-small threadtest shbench-small cache-scratch larson-large shbench-large
     mtmalloctest xmalloc cache-thrash active-false passive-false mstress blowup-rr blowup-pc
-    handoff-in handoff-out rptest workset-wide phases-small aligned reallocgrow largebuf"}
+    handoff-in handoff-out rptest workset-wide phases-small aligned reallocgrow largebuf idlers"}
   start=$SECONDS
   for b in $benches; do
     if [ $((SECONDS - start)) -ge "$budget" ]; then
