@@ -2,6 +2,8 @@
 # Installs what trove's build, tests and benchmarks need on a fresh Debian machine, then
 # configures and builds the project in build/. Safe to run again: it skips what is there.
 #   scripts/setup.sh            build tools, peers (jemalloc, tcmalloc, mimalloc), matplotlib
+#   TROVE_SETUP_APPS=1 scripts/setup.sh   also the real programs bench/apps/run times (sqlite3,
+#                               node, ruby, Ghostscript, z3, RocksDB's db_bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,11 @@ lib=/usr/lib/x86_64-linux-gnu
 [ -e $lib/libtcmalloc_minimal.so.4 ] || pkgs+=(libtcmalloc-minimal4)
 [ -e $lib/libmimalloc.so.2 ] || pkgs+=(libmimalloc2.0)
 command -v gzip >/dev/null 2>&1 || pkgs+=(gzip)
+if [ "${TROVE_SETUP_APPS:-0}" = 1 ]; then
+  for app in sqlite3:sqlite3 node:nodejs ruby:ruby gs:ghostscript z3:z3 db_bench:rocksdb-tools; do
+    command -v "${app%%:*}" >/dev/null 2>&1 || pkgs+=("${app#*:}")
+  done
+fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${pkgs[*]}"
