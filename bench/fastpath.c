@@ -8,6 +8,10 @@
  *     (8 B - 1 KiB, log-uniform); each operation frees a random one and allocates a new one
  *     of random size in its place. The same fast paths, but with the free lists in random
  *     order and blocks spread over many pages (locality).
+ *   fastpath-medium (--medium): the ping-pong with 16 sizes from 72 KiB to 1 MiB, buffers
+ *     (a read buffer per request, a compression window per file) that only their first word
+ *     and last byte are written of, so that the allocator's path is what is timed. Above the
+ *     sizes most allocators serve from thread caches (tcmalloc: 256 KiB; trove: 64 KiB).
  *   workset-wide (--workset --wide): the same with 1,024 live blocks of 8 B - 32 KiB a thread,
  *     the shape of glibc's benchtests/bench-malloc-thread (sizes drawn about as 1/size, a
  *     fixed array per thread, each step frees a random slot and fills it again). Its sizes
@@ -20,9 +24,13 @@
 #include "bench_util.h"
 
 static const size_t pp_sizes[16] = {16, 32, 48, 64, 80, 96, 112, 128, 24, 40, 56, 72, 8, 100, 200, 256};
+#define KB 1024
+static const size_t medium_sizes[16] = {72 * KB, 96 * KB, 128 * KB,  80 * KB,  160 * KB, 200 * KB,
+                                        256 * KB, 112 * KB, 320 * KB, 400 * KB, 512 * KB, 144 * KB,
+                                        640 * KB, 768 * KB, 1024 * KB, 192 * KB};
 
 static struct {
-  bool workset;
+  bool workset, medium;
   long ops_per_thread, wsize, max_size;
   uint64_t seed;
   pthread_barrier_t start;
@@ -52,6 +60,19 @@ static void *worker(void *arg) {
   bu_rng rng;
   bu_rng_init(&rng, G.seed, (uint64_t)w->index);
   const long n = G.ops_per_thread;
+  if (G.medium) {
+    pthread_barrier_wait(&G.start);
+    w->span.start = bu_now();
+    for (long i = 0; i < n; i++) {
+      size_t size = medium_sizes[i & 15];
+      void *p = malloc(size);
+      if (BU_UNLIKELY(p == NULL)) bu_oom(size);
+      bu_stamp_ends(p, size);
+      bu_free_checked(p);
+    }
+    w->span.end = bu_now();
+    return NULL;
+  }
   if (!G.workset) {
     pthread_barrier_wait(&G.start);
     w->span.start = bu_now();
@@ -79,30 +100,37 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   bu_common c = bu_common_defaults(1);
-  bool workset = false, wide = false;
+  bool workset = false, wide = false, medium = false;
   long ops = -1, wsize = -1, max_size = -1;
   const bu_opt opts[] = {
       {"workset", BU_OPT_FLAG, &workset, "fastpath-workset: random replacement in a working set"},
-      {"ops", BU_OPT_LONG, &ops, "malloc-free pairs over all threads (pingpong 100M, workset 25M, wide 10M)"},
+      {"medium", BU_OPT_FLAG, &medium, "fastpath-medium: the ping-pong with buffers of 72 KiB - 1 MiB"},
+      {"ops", BU_OPT_LONG, &ops,
+       "malloc-free pairs over all threads (pingpong 100M, medium 4M, workset 25M, wide 10M)"},
       {"wide", BU_OPT_FLAG, &wide, "workset-wide: 1,024 blocks of 8 B - 32 KiB (with --workset)"},
       {"working-set", BU_OPT_LONG, &wsize, "workset: live blocks a thread (10,000; wide 1,024)"},
       {"max-size", BU_OPT_LONG, &max_size, "workset: largest block in bytes (1,024; wide 32,768)"},
   };
   bu_parse_args(argc, argv,
-                "Single-thread fast paths: malloc/free ping-pong of small sizes, or random\n"
-                "replacement in a working set of random sizes.",
+                "Single-thread fast paths: malloc/free ping-pong of small (or medium) sizes,\n"
+                "or random replacement in a working set of random sizes.",
                 &c, opts, (int)(sizeof opts / sizeof opts[0]));
   if (ops < 0) {
-    long n = !workset ? (c.smoke ? 2000000 : 100000000)
+    long n = medium ? (c.smoke ? 100000 : 4000000)
+             : !workset ? (c.smoke ? 2000000 : 100000000)
              : wide ? (c.smoke ? 200000 : 10000000) : (c.smoke ? 500000 : 25000000);
     ops = bu_scaled(n, c.scale, 1000);
   }
   if (wsize < 0) wsize = wide ? 1024 : 10000;
   if (max_size < 0) max_size = wide ? 32768 : 1024;
-  if (ops < 1 || wsize < 1 || max_size < 8 || (wide && !workset)) bu_die("bad parameters");
+  if (ops < 1 || wsize < 1 || max_size < 8 || (wide && !workset) || (medium && workset))
+    bu_die("bad parameters");
   const int t = c.threads;
-  const char *name = !workset ? "fastpath-pingpong" : wide ? "workset-wide" : "fastpath-workset";
+  const char *name = medium ? "fastpath-medium"
+                     : !workset ? "fastpath-pingpong"
+                     : wide ? "workset-wide" : "fastpath-workset";
   G.workset = workset;
+  G.medium = medium;
   G.ops_per_thread = ops / t > 0 ? ops / t : 1;
   G.wsize = wsize;
   G.max_size = max_size;
