@@ -1512,7 +1512,10 @@ static void mcache_shrink(trove_heap_t *h, size_t keep, uint64_t now) {
  * sent every slow call to its mallocs, and its frees never trimmed.) The timed work
  * (_trove_heap_maybe_purge) still runs every 32nd medium malloc, quick or not, since a thread
  * may make no other calls. Between slow frees the heap's clock (`now_ms`) stands still: a run
- * freed meanwhile is stamped older than it is, so it is trimmed sooner, not later. */
+ * freed meanwhile is stamped older than it is, so it is trimmed sooner, not later. Nor do the
+ * quick calls mark the heap's medium use for give_back_others (note_medium): the slow ones
+ * do, and what that gives back is the cache past its fixed part, which the quick ones stay
+ * within. */
 #define MQUICK_PERIOD 16
 static void mquick_takes_reset(trove_heap_t *h) { h->mquick_takes = MQUICK_PERIOD - 1; }
 static void mquick_frees_reset(trove_heap_t *h) { h->mquick_frees = MQUICK_PERIOD - 1; }
@@ -1560,7 +1563,6 @@ static TROVE_NOINLINE void medium_quick_free(trove_heap_t *h, trove_sb_t *run) {
   mc_unlock(h);
   h->mquick_frees--;
   medium_freed(h, run);
-  note_medium(h);
 }
 
 static void medium_free(trove_heap_t *h, trove_sb_t *run) {
@@ -2965,7 +2967,6 @@ static TROVE_NOINLINE void *medium_quick_take(trove_heap_t *h, size_t size) {
   if (run == NULL) return malloc_slow(h, size);
   h->mquick_takes--;
   h->mfree_streak = 0;
-  note_medium(h);
   void *p = medium_taken(h, run, size);
   if ((++h->tick & 31) == 0) _trove_heap_maybe_purge(h);   /* as often as malloc_slow */
   return p;
