@@ -1546,13 +1546,14 @@ static void mcache_shrink(trove_heap_t *h, size_t keep, uint64_t now) {
 static void mquick_takes_reset(trove_heap_t *h) { h->mquick_takes = MQUICK_PERIOD - 1; }
 static void mquick_frees_reset(trove_heap_t *h) { h->mquick_frees = MQUICK_PERIOD - 1; }
 
-static void medium_freed(trove_heap_t *h, const trove_sb_t *run) {
-  h->medium_net -= run->npages;
+/* The accounting of a medium free of `npages` pages by the heap's own thread. */
+static void medium_freed(trove_heap_t *h, size_t npages) {
+  h->medium_net -= (int64_t)npages;
   if (h->mfree_streak == 0) {              /* a batch of frees starts: the mallocs' ends */
     h->mbatch = h->mmalloc_streak;
     h->mmalloc_streak = 0;
   }
-  h->mfree_streak += run->npages;
+  h->mfree_streak += npages;
 }
 
 /* Into the cache (its lock held), stamped `now`. */
@@ -1585,15 +1586,16 @@ static TROVE_NOINLINE void medium_quick_free(trove_heap_t *h, trove_sb_t *run) {
     medium_free(h, run);
     return;
   }
+  size_t npages = run->npages;             /* once unlocked, a sweep may hand `run` on */
   mcache_put_locked(h, run, h->now_ms);
   mc_unlock(h);
   h->mquick_frees--;
-  medium_freed(h, run);
+  medium_freed(h, npages);
 }
 
 static void medium_free(trove_heap_t *h, trove_sb_t *run) {
   if (h != &_trove_heap_empty) {
-    medium_freed(h, run);
+    medium_freed(h, run->npages);
     h->now_ms = _trove_os_now_ms();
     note_medium(h);
     mquick_frees_reset(h);
