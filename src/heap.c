@@ -1544,7 +1544,11 @@ static void mcache_shrink(trove_heap_t *h, size_t keep, uint64_t now) {
  * within. */
 #define MQUICK_PERIOD 16
 static void mquick_takes_reset(trove_heap_t *h) { h->mquick_takes = MQUICK_PERIOD - 1; }
-static void mquick_frees_reset(trove_heap_t *h) { h->mquick_frees = MQUICK_PERIOD - 1; }
+/* None with a purge delay under 8 ms: then the age trim keeps no run but the one freed last,
+ * which the quick frees would leave to the next slow one. */
+static void mquick_frees_reset(trove_heap_t *h) {
+  h->mquick_frees = TROVE_OPT(PURGE_DELAY_MS) / 8 != 0 ? MQUICK_PERIOD - 1 : 0;
+}
 
 /* The accounting of a medium free of `npages` pages by the heap's own thread. */
 static void medium_freed(trove_heap_t *h, size_t npages) {
