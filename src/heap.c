@@ -1005,7 +1005,16 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
     make_sparse(h, sb);
     break;
   case TROVE_SB_SPARSE:
-    if (_trove_sb_used(sb) == 0) sparse_now_empty(h, sb);
+    /* Past K the heap gives empty ones on at once, as make_sparse does. Freed in allocation
+     * order, each superblock turns sparse after the one before emptied, and make_sparse finds
+     * that one to give; freed in a random order (a hash table torn down), all turn sparse
+     * before any empties, and their empties then piled up on the heap's list for the timed
+     * work: Redis after FLUSHALL held 150 MiB of empty superblocks in its one heap for as
+     * long as it made no call (K is 1.5 MiB), out of reach of the background thread too. */
+    if (_trove_sb_used(sb) == 0) {
+      sparse_now_empty(h, sb);
+      if (over_k(h)) release_over_k(h, false);   /* may hand `sb` on */
+    }
     break;
   default:
     break;
@@ -2065,6 +2074,7 @@ static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
       return;
     }
     medium_free(h, sb);
+    _trove_background_poke();
     return;
   }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
@@ -2376,9 +2386,11 @@ static void heaps_expire(bool all) {
  * the current generation (_trove_heap_live); the forking thread's heap moves to the new one. */
 uint64_t _trove_fork_gen;
 
+static pthread_mutex_t background_pass;
 void _trove_heaps_fork_child(void) {
   uint32_t alive = 0;
   _trove_lock_reset(&_trove_locks.serial);   /* a thread ending in the parent may have held it */
+  _trove_lock_reset(&background_pass);       /* the parent's background thread, mid-pass */
   shared_fork_child();
   _trove_fork_gen++;
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
@@ -2411,6 +2423,23 @@ static void sweep_idle_queues(bool all);
 static void sweep_idle_caches(bool all);
 static void grow_decay(trove_heap_t *h);
 static void background_start(void);
+enum { BACKGROUND_ALWAYS = 1, BACKGROUND_ON_DEMAND = 2 };   /* TROVE_BACKGROUND's values */
+#define BACKGROUND_WANT (((size_t)64 << 20) >> TROVE_PAGE_SHIFT)   /* pages, see background_main */
+/* Free memory that the timed work would give back once it waited the purge delay, in pages:
+ * the page heap's free dirty pages, the pool's empty superblocks (where a thread's burst past
+ * K goes) and the cached large mappings' resident pages. Relaxed hints: they decide when the
+ * background thread is worth having, not what it gives back. */
+static size_t waiting_pages(void) {
+  return _trove_pages_dirty() + atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) +
+         (_trove_large_cached_resident() >> TROVE_PAGE_SHIFT);
+}
+/* On the program's calls that may leave much free memory waiting, with no lock held: the
+ * timed work's, a medium run's free into the page heap, a large free (large.c). */
+void _trove_background_poke(void) {
+  if (TROVE_OPT(BACKGROUND) == BACKGROUND_ON_DEMAND && waiting_pages() >= BACKGROUND_WANT)
+    background_start();
+}
+
 void _trove_heap_maybe_purge(trove_heap_t *h) {
   uint64_t now = _trove_os_now_ms();
   if (h != &_trove_heap_empty) h->now_ms = now;
@@ -2429,10 +2458,13 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
     grow_decay(h);
     h->cur_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   }
+  /* Not behind the time gate below: the burst that piles the pages up may end within the
+   * gate's half delay, and then no call of the program's may come to look again. */
+  _trove_background_poke();
   if (now < due) return;
   uint64_t next = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
   if (!atomic_compare_exchange_strong(&next_purge_ms, &due, next)) return;  /* another does it */
-  if (unlikely(TROVE_OPT(BACKGROUND))) background_start();
+  if (unlikely(TROVE_OPT(BACKGROUND) == BACKGROUND_ALWAYS)) background_start();
   _trove_pool_sweep();
   pool_purge(now, false);
   sweep_idle_queues(false);
@@ -2443,40 +2475,64 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
   _trove_large_purge(false);
 }
 
-/* The background thread (TROVE_BACKGROUND=1). The timed work above runs on the program's own
- * slow paths, so a process that frees a burst and then waits (a PostgreSQL backend after a
- * large sort, idle until its client's next query; a server between requests) keeps what it
- * freed resident for as long as it waits: bench/apps/pgserver's backend held 235 MiB after
- * an ORDER BY with work_mem 256 MB, as tcmalloc (254), mimalloc 3 (281) and snmalloc (238)
- * do, where glibc (74) and jemalloc (94) had unmapped their large blocks on free. This
- * thread runs the process-wide part of that work every half purge delay (at least 10 ms;
- * up to 8 half delays while its passes give nothing back, see background_main):
- * the pool, idle threads' queues, medium caches, spare and empty superblocks
- * (sweep_idle_caches), the page heap's free pages and the large mappings cached past the
- * delay all go back without a call from the program. A thread's current superblocks stay
- * for its own calls (its fast paths use them without a lock). Off by default: it is a thread the program did not make
- * (programs that count their threads, or warn on fork() with several, would see it). It
- * starts on the first timed pass (after the program's first slow paths, never at load),
- * once per process: a child of fork() starts its own (its fork generation differs), with
- * every signal blocked so that none meant for the program's threads lands on it. */
-static _Atomic uint64_t background_gen;    /* _trove_fork_gen + 1 of the process running one */
+/* The background thread. The timed work above runs on the program's own slow paths, so a
+ * process that frees a burst and then waits (a PostgreSQL backend after a large sort, idle
+ * until its client's next query; Redis after a FLUSHALL; a server between requests) keeps
+ * what it freed resident for as long as it waits: bench/apps/pgserver's backend held 235 MiB
+ * after an ORDER BY with work_mem 256 MB, as tcmalloc (254), mimalloc 3 (281) and snmalloc
+ * (238) do, where glibc (74) and jemalloc (94) had unmapped their large blocks on free. This
+ * thread runs the process-wide part of that work every half purge delay (at least 10 ms; up
+ * to 8 half delays while its passes give nothing back, see background_main): the pool, idle
+ * threads' queues, medium caches, spare and empty superblocks (sweep_idle_caches), the page
+ * heap's free pages and the large mappings cached past the delay all go back without a call
+ * from the program. A thread's current superblocks stay for its own calls (its fast paths use
+ * them without a lock).
+ *
+ * It is a thread the program did not make (programs that count their threads, or warn on
+ * fork() with several, would see it), so by default (TROVE_BACKGROUND=2) it exists only while
+ * there is much to give back: it starts when a call of the program's finds BACKGROUND_WANT or
+ * more of free dirty pages (a burst's worth, which the program's calls might never purge), and
+ * ends once its passes have given nothing back for the longest wait and less than that waits.
+ * A program whose free pages stay under it never sees the thread; one that frees a burst sees
+ * it for about two seconds after it last gave something back. TROVE_BACKGROUND=1 starts it on
+ * the first timed pass and keeps it; 0 never starts it. It starts on a slow path with no lock
+ * held (never at load), once at a time per process: a child of fork() starts its own (its
+ * fork generation differs), with every signal blocked so that none meant for the program's
+ * threads lands on it. */
+static _Atomic uint64_t background_gen;    /* _trove_fork_gen + 1 of the process running one;
+                                              0 while none runs */
+/* Held by each of the thread's passes. The statistics' walk (stats.c) reads superblocks
+ * without the pools' locks (over 64 at once, more than ThreadSanitizer follows), a snapshot of
+ * a moment when the program's threads leave them alone; the passes, which the program cannot
+ * hold off, wait for it instead. */
+static pthread_mutex_t background_pass = PTHREAD_MUTEX_INITIALIZER;
+void _trove_background_hold(void) { pthread_mutex_lock(&background_pass); }
+void _trove_background_release(void) { pthread_mutex_unlock(&background_pass); }
 
 /* A pass that gave nothing back (the program idle with nothing due, or busy and purging on
  * its own calls) doubles the wait, up to 8 half delays (1 s by default), so that an idle
  * process is not woken 8 times a second for nothing; one that gave back resets it. */
 static void *background_main(void *arg) {
-  (void)arg;
+  uint64_t mine = (uint64_t)(uintptr_t)arg;
   uint64_t half = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2, wait;
   if (half < 10) half = 10;
   wait = half;
   size_t seen = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
   for (;;) {
     _trove_os_sleep_ms(wait);
+    pthread_mutex_lock(&background_pass);
     _trove_heap_maybe_purge(&_trove_heap_empty);   /* never takes a heap: it allocates nothing */
+    pthread_mutex_unlock(&background_pass);
     size_t calls = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
+    if (calls == seen && wait == 8 * half && TROVE_OPT(BACKGROUND) == BACKGROUND_ON_DEMAND &&
+        waiting_pages() < BACKGROUND_WANT &&
+        atomic_compare_exchange_strong_explicit(&background_gen, &mine, 0, memory_order_relaxed,
+                                                memory_order_relaxed))
+      break;                                 /* a later burst starts another */
     wait = calls != seen ? half : wait * 2 < 8 * half ? wait * 2 : 8 * half;
     seen = calls;
   }
+  if (TROVE_OPT(VERBOSE) > 0) _trove_message("trove: background thread stopped\n");
   return NULL;
 }
 
@@ -2495,12 +2551,12 @@ static TROVE_NOINLINE void background_start(void) {
   pthread_attr_setstacksize(&attr, (size_t)256 << 10);
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(&t, &attr, background_main, NULL);
+  int rc = pthread_create(&t, &attr, background_main, (void *)(uintptr_t)want);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   /* On failure it is not tried again in this process (the flag stays): the program's own
-   * calls do the work, as without the option. */
-  if (TROVE_OPT(VERBOSE) > 0 || rc != 0)
+   * calls do the work, as without the thread. Said only when asked for by name. */
+  if (TROVE_OPT(VERBOSE) > 0 || (rc != 0 && TROVE_OPT(BACKGROUND) == BACKGROUND_ALWAYS))
     _trove_message(rc == 0 ? "trove: background thread started\n"
                            : "trove: warning: could not start the background thread\n");
 }

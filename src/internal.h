@@ -551,6 +551,8 @@ size_t _trove_pages_narenas(void) TROVE_HIDDEN;
 uint64_t _trove_pages_fresh(void) TROVE_HIDDEN;
 void _trove_pool_init(void) TROVE_HIDDEN;
 size_t _trove_pages_used(void) TROVE_HIDDEN;   /* pages in runs handed out (relaxed: a hint) */
+size_t _trove_pages_dirty(void) TROVE_HIDDEN;  /* free dirty pages (relaxed: a hint) */
+size_t _trove_large_cached_resident(void) TROVE_HIDDEN;   /* a hint, without the lock */
 void _trove_pages_arena_init(trove_arena_ref_t *ref, uint32_t heap_id) TROVE_HIDDEN;
 /* A run from the heap's arena (`ref` NULL: arena 0) */
 trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t align_pages,
@@ -772,6 +774,9 @@ TROVE_INLINE size_t _trove_usable_size_inline(const void *p) {
  * were 4 s at 1,000 a second (docs/DESIGN.md, "The fast paths"). */
 #define TROVE_BEAT 512
 void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
+void _trove_background_poke(void) TROVE_HIDDEN;   /* heap.c: TROVE_BACKGROUND=2, no lock held */
+void _trove_background_hold(void) TROVE_HIDDEN;      /* stats.c: no background pass meanwhile */
+void _trove_background_release(void) TROVE_HIDDEN;
 TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
   b->tag = _trove_tag(b);
   trove_heap_t *h = _trove_tls_heap;

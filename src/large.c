@@ -22,6 +22,7 @@
 
 static trove_large_t *live, *cache;
 static size_t cache_count, cache_bytes, cache_resident;
+static _Atomic size_t cache_resident_hint;   /* cache_resident, for readers without the lock */
 /* When the cache's resident bytes last went past the budget (ms, made odd so that it is never
  * 0; 0 while within it): see _trove_large_free. Read without the lock as a hint. */
 static _Atomic uint64_t excess_since;
@@ -73,12 +74,14 @@ static void cache_add(trove_large_t *l) {
   cache_count++;
   cache_bytes += l->map_size;
   cache_resident += l->resident;
+  atomic_store_explicit(&cache_resident_hint, cache_resident, memory_order_relaxed);
 }
 static void cache_remove(trove_large_t *l) {
   list_remove(&cache, l);
   cache_count--;
   cache_bytes -= l->map_size;
   cache_resident -= l->resident;
+  atomic_store_explicit(&cache_resident_hint, cache_resident, memory_order_relaxed);
 }
 
 static size_t excess_of(const trove_large_t *l) {
@@ -348,6 +351,7 @@ void _trove_large_free(trove_large_t *l) {
     }
     pthread_mutex_unlock(&_trove_locks.large);
     excess_purge(purge);
+    _trove_background_poke();                /* a quiet process would keep the cache resident */
     return;
   }
   pthread_mutex_unlock(&_trove_locks.large);
@@ -541,3 +545,7 @@ trove_large_t *_trove_large_live(void) TROVE_HIDDEN;
 trove_large_t *_trove_large_live(void) { return live; }
 size_t _trove_large_cached_bytes(void) TROVE_HIDDEN;
 size_t _trove_large_cached_bytes(void) { return cache_bytes; }
+/* Resident bytes of the cached mappings, without the lock (heap.c's background thread). */
+size_t _trove_large_cached_resident(void) {
+  return atomic_load_explicit(&cache_resident_hint, memory_order_relaxed);
+}

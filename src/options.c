@@ -47,9 +47,10 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                              " than 512 small pages here) to fault in, twice in a row, pauses huge"
                              " pages for the next 16 segments, twice as many after each slow one"
                              " (0: never)"},
-  [TROVE_OPT_BACKGROUND] = {"TROVE_BACKGROUND", OPT_BOOL, 0, 0, 1,
+  [TROVE_OPT_BACKGROUND] = {"TROVE_BACKGROUND", OPT_INT, 2, 0, 2,
                             "a thread of trove's gives free memory back after the purge delay while"
-                            " the program makes no calls (0: only the program's calls do)"},
+                            " the program makes no calls: 2 while 64 MiB or more of free pages wait,"
+                            " 1 always, 0 never (only the program's calls do)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

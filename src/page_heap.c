@@ -786,6 +786,14 @@ static size_t dirty_cap(void) { return dirty_cap_less(0); }
 
 size_t _trove_pages_used(void) { return atomic_load_explicit(&used_total, memory_order_relaxed); }
 
+/* Free dirty pages, the arenas' and the cached segments' (relaxed: a hint, behind each arena by
+ * up to publish_pages; arenas publish their changes apart, so the sum may dip below zero for a
+ * moment, read here as none). */
+size_t _trove_pages_dirty(void) {
+  size_t d = atomic_load_explicit(&dirty_total, memory_order_relaxed);
+  return d > SIZE_MAX / 2 ? 0 : d;
+}
+
 /* The dirty total as arena `a` (locked, or NULL) sees it: with its own changes not yet added. */
 static size_t dirty_seen(const arena_t *a) {
   size_t lag = a ? (size_t)a->dirty_unpub : 0;

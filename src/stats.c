@@ -76,6 +76,7 @@ static size_t walk_segments(trove_stats_t *st) {
 TROVE_API void trove_stats_get(trove_stats_t *st) {
   _trove_init();
   memset(st, 0, sizeof *st);
+  _trove_background_hold();                  /* see heap.c, background_pass */
   _trove_pages_lock_all();
   size_t pool_empty_bytes = walk_segments(st);
   _trove_pages_totals(&st->free_page_bytes, &st->dirty_page_bytes);
@@ -84,6 +85,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   st->arenas = _trove_pages_arenas(&st->arenas_in_use);
   st->huge_pauses = _trove_segment_huge_pauses();
   _trove_pages_unlock_all();
+  _trove_background_release();
   pthread_mutex_lock(&_trove_locks.large);
   st->large_objects = _trove_large_live_count;
   st->large_bytes = _trove_large_live_bytes;
@@ -251,6 +253,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
                   "{\"version\":\"%s\",\"segment_size\":%zu,\"page_size\":%zu,\"segments\":[",
                   trove_version(), (size_t)TROVE_SEGMENT_SIZE, (size_t)TROVE_PAGE_SIZE);
   jw_put(&w, line);
+  _trove_background_hold();
   _trove_pages_lock_all();
   bool first_seg = true;
   for (trove_segment_t *seg = _trove_pages_next_segment(NULL); seg;
@@ -288,6 +291,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
     jw_put(&w, "]}");
   }
   _trove_pages_unlock_all();
+  _trove_background_release();
   jw_put(&w, "\n],\"large\":[");
   pthread_mutex_lock(&_trove_locks.large);
   bool first = true;

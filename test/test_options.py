@@ -52,14 +52,14 @@ check("defaults run", p.returncode == 0 and p.stderr == "", p.stderr)
 defaults = {"TROVE_PURGE_DELAY_MS": 250, "TROVE_BLOWUP_K": 24, "TROVE_BLOWUP_F": 50,
             "TROVE_SHOW_STATS": 0, "TROVE_VERBOSE": 0, "TROVE_ON_MISUSE": 0,
             "TROVE_DIRTY_MAX_MB": 8, "TROVE_LARGE_CACHE_MB": 64, "TROVE_SHARED_THREADS": 0,
-            "TROVE_THP": 1, "TROVE_THP_SLOW_US": 1000, "TROVE_BACKGROUND": 0}
+            "TROVE_THP": 1, "TROVE_THP_SLOW_US": 1000, "TROVE_BACKGROUND": 2}
 for name, d in defaults.items():
     check("default " + name, option_in_force(p.stdout, name) == d)
 good = {"TROVE_PURGE_DELAY_MS": ("1000", 1000), "TROVE_BLOWUP_K": ("3", 3),
         "TROVE_BLOWUP_F": ("0.25", 25), "TROVE_VERBOSE": ("2", 2),
         "TROVE_ON_MISUSE": ("warn", 1), "TROVE_DIRTY_MAX_MB": ("1k", 1024),
         "TROVE_LARGE_CACHE_MB": ("0", 0), "TROVE_SHARED_THREADS": ("200", 200),
-        "TROVE_THP": ("0", 0), "TROVE_THP_SLOW_US": ("0", 0), "TROVE_BACKGROUND": ("1", 1)}
+        "TROVE_THP": ("0", 0), "TROVE_THP_SLOW_US": ("0", 0), "TROVE_BACKGROUND": ("0", 0)}
 for name, (text, v) in good.items():
     p = run(**{name: text})
     check("parse %s=%s" % (name, text), option_in_force(p.stdout, name) == v, p.stdout[-300:])
@@ -70,7 +70,7 @@ check("parse TROVE_BLOWUP_F=75%", option_in_force(p.stdout, "TROVE_BLOWUP_F") ==
 bad = {"TROVE_PURGE_DELAY_MS": "soon", "TROVE_BLOWUP_K": "-1", "TROVE_BLOWUP_F": "2",
        "TROVE_SHOW_STATS": "maybe", "TROVE_VERBOSE": "9", "TROVE_ON_MISUSE": "explode",
        "TROVE_DIRTY_MAX_MB": "12q", "TROVE_LARGE_CACHE_MB": "", "TROVE_SHARED_THREADS": "-3",
-       "TROVE_THP": "3", "TROVE_THP_SLOW_US": "fast", "TROVE_BACKGROUND": "2"}
+       "TROVE_THP": "3", "TROVE_THP_SLOW_US": "fast", "TROVE_BACKGROUND": "3"}
 for name, text in bad.items():
     p = run(**{name: text})
     warnings = [l for l in p.stderr.splitlines() if "warning" in l]
@@ -347,7 +347,7 @@ else:
 # --- TROVE_BACKGROUND: 64 MiB freed, then a second without a call (probe "background"), in
 # the process and in a child of fork(). Without the thread nothing goes back while the
 # program waits; with it, what the timed work gives back goes within a few purge delays.
-p = run("background", TROVE_PURGE_DELAY_MS=100)
+p = run("background", TROVE_PURGE_DELAY_MS=100, TROVE_BACKGROUND=0)
 check("BACKGROUND=0: a process that waits keeps what it freed",
       p.returncode == 0 and value(p.stdout, "idle_kib") + 8 * 1024 >= value(p.stdout, "freed_kib"),
       p.stdout[:300])
@@ -358,6 +358,27 @@ check("BACKGROUND=1: a process that waits gives what it freed back",
 check("BACKGROUND=1: a child of fork() starts its own thread and gives back too",
       value(p.stdout, "child_idle_kib") + 48 * 1024 <= value(p.stdout, "child_freed_kib") and
       p.stderr.count("background thread started") == 2, p.stdout[:300] + p.stderr[:300])
+
+# --- TROVE_BACKGROUND=2, the default: the thread only while much free memory waits (probe
+# "teardown": 96 MiB of 320-byte blocks freed in a random order, then no call for up to 8 s).
+p = run("teardown 96", TROVE_PURGE_DELAY_MS=100, TROVE_BACKGROUND=0)
+check("a heap past K gives on the superblocks that a random-order teardown empties",
+      p.returncode == 0 and value(p.stdout, "given_on_kib") >= 88 * 1024, p.stdout[:300])
+check("BACKGROUND=0: no thread, and a quiet process keeps what it freed",
+      value(p.stdout, "threads_1s") == 1 and
+      value(p.stdout, "idle_kib") + 8 * 1024 >= value(p.stdout, "freed_kib"), p.stdout[:300])
+p = run("teardown 96", TROVE_PURGE_DELAY_MS=100, TROVE_VERBOSE=1)
+check("BACKGROUND=2: a quiet process gives a freed burst back",
+      p.returncode == 0 and value(p.stdout, "idle_kib") + 64 * 1024 <= value(p.stdout, "freed_kib"),
+      p.stdout[:300])
+check("BACKGROUND=2: the thread stops once it has nothing left to do",
+      value(p.stdout, "threads_end") == 1 and p.stderr.count("background thread started") >= 1
+      and p.stderr.count("background thread started") == p.stderr.count("background thread stopped"),
+      p.stdout[:300] + p.stderr[:300])
+p = run("teardown 24", TROVE_PURGE_DELAY_MS=100, TROVE_VERBOSE=1)
+check("BACKGROUND=2: a smaller burst starts no thread",
+      p.returncode == 0 and value(p.stdout, "threads_1s") == 1 and
+      "background thread" not in p.stderr, p.stdout[:300] + p.stderr[:300])
 
 p = run(TROVE_SHOW_STATS=1)
 check("SHOW_STATS=1 prints at exit", "trove statistics" in p.stderr, p.stderr[:200])

@@ -40,6 +40,55 @@ static size_t rss_kib(void) {
   return resident * (size_t)sysconf(_SC_PAGESIZE) / 1024;
 }
 
+/* The process's threads, from the kernel: trove's background thread counts. */
+static int threads_now(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "Threads:", 8) == 0) n = atoi(line + 8);
+  if (f) fclose(f);
+  return n;
+}
+
+/* A hash table torn down, then a quiet server: `mib` MiB of 320-byte blocks, written, freed in
+ * a random order, then no call for up to `wait_ms`. Prints what went on to the pool and the page
+ * heap right after the frees (a heap's superblocks past K go on at once), the RSS then and a second
+ * later, the threads a second later and how long until trove's background thread, if any,
+ * was gone (polled every 50 ms). */
+static void teardown_then_wait(size_t mib, long wait_ms) {
+  size_t n = (mib << 20) / 320;
+  void **p = trove_malloc(n * sizeof *p);
+  if (p == NULL) return;
+  for (size_t i = 0; i < n; i++) {
+    p[i] = trove_malloc(320);
+    if (p[i]) memset(p[i], 1, 320);
+  }
+  uint64_t x = 88172645463325252u;
+  for (size_t i = n - 1; i > 0; i--) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = (size_t)(x % (i + 1));
+    void *t = p[i];
+    p[i] = p[j];
+    p[j] = t;
+  }
+  for (size_t i = 0; i < n; i++) trove_free(p[i]);
+  trove_free(p);
+  trove_stats_t st;
+  trove_stats_get(&st);
+  printf("given_on_kib=%zu\nfreed_kib=%zu\n", (st.pool_bytes + st.free_page_bytes) >> 10,
+         rss_kib());
+  fflush(stdout);
+  sleep_ms(1000);
+  printf("idle_kib=%zu\nthreads_1s=%d\n", rss_kib(), threads_now());
+  long waited = 1000;
+  while (threads_now() > 1 && waited < wait_ms) {
+    sleep_ms(50);
+    waited += 50;
+  }
+  printf("threads_end=%d\nwaited_ms=%ld\n", threads_now(), waited);
+}
+
 /* 48 MiB in large blocks and 16 MiB in medium ones, written, then freed: what a query's sort
  * leaves behind. Then no call for a second. Prints the RSS after the frees and after it. */
 static void free_then_wait(const char *tag) {
@@ -737,6 +786,8 @@ int main(int argc, char **argv) {
     }
     int status = 0;
     if (pid > 0) waitpid(pid, &status, 0);
+  } else if (strcmp(mode, "teardown") == 0) {
+    teardown_then_wait(argc > 2 ? (size_t)atol(argv[2]) : 96, 8000);
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
