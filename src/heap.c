@@ -2386,11 +2386,17 @@ static void heaps_expire(bool all) {
  * the current generation (_trove_heap_live); the forking thread's heap moves to the new one. */
 uint64_t _trove_fork_gen;
 
-static pthread_mutex_t background_pass;
+static pthread_mutex_t background_pass, background_lock;
+static bool background_live, background_wake_made;
 void _trove_heaps_fork_child(void) {
   uint32_t alive = 0;
   _trove_lock_reset(&_trove_locks.serial);   /* a thread ending in the parent may have held it */
-  _trove_lock_reset(&background_pass);       /* the parent's background thread, mid-pass */
+  /* A background thread that a program thread started after fork()'s first step, mid-pass or
+   * starting: the child has none. */
+  _trove_lock_reset(&background_pass);
+  _trove_lock_reset(&background_lock);
+  background_live = false;
+  background_wake_made = false;              /* its waiter's state is the parent's */
   shared_fork_child();
   _trove_fork_gen++;
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
@@ -2509,6 +2515,14 @@ static pthread_mutex_t background_pass = PTHREAD_MUTEX_INITIALIZER;
 void _trove_background_hold(void) { pthread_mutex_lock(&background_pass); }
 void _trove_background_release(void) { pthread_mutex_unlock(&background_pass); }
 
+/* The running thread, for fork() to stop (below). Under background_lock: `background_live`
+ * (a thread that fork() must join is running), `background_stop` (fork() asks it to end);
+ * the thread's own decision to end, under the same lock, excludes fork()'s. */
+static pthread_mutex_t background_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t background_wake;
+static pthread_t background_thread;
+static bool background_live, background_stop, background_wake_made;
+
 /* A pass that gave nothing back (the program idle with nothing due, or busy and purging on
  * its own calls) doubles the wait, up to 8 half delays (1 s by default), so that an idle
  * process is not woken 8 times a second for nothing; one that gave back resets it. */
@@ -2518,20 +2532,28 @@ static void *background_main(void *arg) {
   if (half < 10) half = 10;
   wait = half;
   size_t seen = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
+  pthread_mutex_lock(&background_lock);
   for (;;) {
-    _trove_os_sleep_ms(wait);
+    if (_trove_os_wait_ms(&background_wake, &background_lock, &background_stop, wait))
+      break;                                 /* fork() joins it */
+    pthread_mutex_unlock(&background_lock);
     pthread_mutex_lock(&background_pass);
     _trove_heap_maybe_purge(&_trove_heap_empty);   /* never takes a heap: it allocates nothing */
     pthread_mutex_unlock(&background_pass);
     size_t calls = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
-    if (calls == seen && wait == 8 * half && TROVE_OPT(BACKGROUND) == BACKGROUND_ON_DEMAND &&
-        waiting_pages() < BACKGROUND_WANT &&
-        atomic_compare_exchange_strong_explicit(&background_gen, &mine, 0, memory_order_relaxed,
-                                                memory_order_relaxed))
-      break;                                 /* a later burst starts another */
+    pthread_mutex_lock(&background_lock);
+    if (!background_stop && calls == seen && wait == 8 * half &&
+        TROVE_OPT(BACKGROUND) == BACKGROUND_ON_DEMAND && waiting_pages() < BACKGROUND_WANT) {
+      background_live = false;               /* a later burst starts another */
+      pthread_detach(pthread_self());
+      atomic_compare_exchange_strong_explicit(&background_gen, &mine, 0, memory_order_relaxed,
+                                              memory_order_relaxed);
+      break;
+    }
     wait = calls != seen ? half : wait * 2 < 8 * half ? wait * 2 : 8 * half;
     seen = calls;
   }
+  pthread_mutex_unlock(&background_lock);
   if (TROVE_OPT(VERBOSE) > 0) _trove_message("trove: background thread stopped\n");
   return NULL;
 }
@@ -2545,20 +2567,47 @@ static TROVE_NOINLINE void background_start(void) {
     return;                                  /* running, or another thread starts it */
   pthread_attr_t attr;
   sigset_t all, old;
-  pthread_t t;
   pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, (size_t)256 << 10);
   sigfillset(&all);
+  /* Under the lock, so that a fork() meanwhile finds the thread either not made or made and
+   * marked live. pthread_create's own mallocs come back here and find `want` already set. */
+  pthread_mutex_lock(&background_lock);
+  if (!background_wake_made) _trove_os_cond_init(&background_wake);
+  background_wake_made = true;
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(&t, &attr, background_main, (void *)(uintptr_t)want);
+  int rc = pthread_create(&background_thread, &attr, background_main, (void *)(uintptr_t)want);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  background_live = rc == 0;
+  pthread_mutex_unlock(&background_lock);
   pthread_attr_destroy(&attr);
   /* On failure it is not tried again in this process (the flag stays): the program's own
    * calls do the work, as without the thread. Said only when asked for by name. */
   if (TROVE_OPT(VERBOSE) > 0 || (rc != 0 && TROVE_OPT(BACKGROUND) == BACKGROUND_ALWAYS))
     _trove_message(rc == 0 ? "trove: background thread started\n"
                            : "trove: warning: could not start the background thread\n");
+}
+
+/* fork()'s first step (init.c, before any lock of trove's is taken): the thread is stopped
+ * and joined, so that the program forks with the threads it made itself. Python 3.12 and
+ * later count the process's threads after os.fork() and warn when there are several; the
+ * child would not have the thread anyway. The next call that finds much free memory waiting
+ * (or, with TROVE_BACKGROUND=1, the next timed pass) starts it again. */
+void _trove_background_fork_prepare(void) {
+  pthread_mutex_lock(&background_lock);
+  if (!background_live) {
+    pthread_mutex_unlock(&background_lock);
+    return;
+  }
+  background_stop = true;
+  pthread_cond_signal(&background_wake);
+  pthread_mutex_unlock(&background_lock);
+  pthread_join(background_thread, NULL);
+  pthread_mutex_lock(&background_lock);
+  background_stop = false;
+  background_live = false;
+  atomic_store_explicit(&background_gen, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&background_lock);
 }
 
 /* Medium runs queued for a live heap that has not taken its queue for 1/8 of the purge

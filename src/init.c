@@ -81,6 +81,7 @@ _Static_assert(offsetof(trove_locks_t, arena[27]) <= 2 * 4096, "27 arenas: two p
 void _trove_shared_fork_prepare(void) TROVE_HIDDEN;
 void _trove_shared_fork_parent(void) TROVE_HIDDEN;
 static void fork_prepare(void) {
+  _trove_background_fork_prepare();  /* first: its passes take the locks below */
   _trove_heap_flush_remote();        /* blocks of the parent's other heaps: not the child's */
   _trove_shared_fork_prepare();      /* before the others: taken first in heap.c too */
   pthread_mutex_lock(&_trove_locks.heaps);

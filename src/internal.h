@@ -623,7 +623,9 @@ void *_trove_os_remap(void *old, size_t old_size, size_t new_size, void *target)
 bool _trove_os_grow_in_place(void *p, size_t old_size, size_t new_size) TROVE_HIDDEN;
 uint64_t _trove_os_now_ms(void) TROVE_HIDDEN;
 uint64_t _trove_os_now_ns(void) TROVE_HIDDEN;                   /* CLOCK_MONOTONIC, fine */
-void _trove_os_sleep_ms(uint64_t ms) TROVE_HIDDEN;
+void _trove_os_cond_init(pthread_cond_t *c) TROVE_HIDDEN;
+bool _trove_os_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, const bool *stop,
+                       uint64_t ms) TROVE_HIDDEN;
 uint64_t _trove_os_random(void) TROVE_HIDDEN;
 size_t _trove_os_rss(void) TROVE_HIDDEN;                         /* bytes, 0 if unknown */
 void _trove_os_write_stderr(const char *s, size_t n) TROVE_HIDDEN;
@@ -777,6 +779,7 @@ void _trove_heap_beat(trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
 void _trove_background_poke(void) TROVE_HIDDEN;   /* heap.c: TROVE_BACKGROUND=2, no lock held */
 void _trove_background_hold(void) TROVE_HIDDEN;      /* stats.c: no background pass meanwhile */
 void _trove_background_release(void) TROVE_HIDDEN;
+void _trove_background_fork_prepare(void) TROVE_HIDDEN;   /* init.c: stop and join it */
 TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
   b->tag = _trove_tag(b);
   trove_heap_t *h = _trove_tls_heap;

@@ -175,12 +175,27 @@ uint64_t _trove_os_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The background thread's wait (heap.c); a signal that cuts it short only shortens a pass. */
-void _trove_os_sleep_ms(uint64_t ms) {
-  struct timespec ts = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
+/* The background thread's wait (heap.c): on a condition variable of the monotonic clock (a
+ * change of the wall clock does not stretch it), so that fork() can wake the thread to stop
+ * it. `m` is held; returns *stop once it is set or `ms` have passed. */
+void _trove_os_cond_init(pthread_cond_t *c) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(c, &attr);
+  pthread_condattr_destroy(&attr);
+}
+bool _trove_os_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, const bool *stop, uint64_t ms) {
+  struct timespec at;
   int saved = errno;
-  nanosleep(&ts, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &at);
+  at.tv_sec += (time_t)(ms / 1000u);
+  at.tv_nsec += (long)(ms % 1000u) * 1000000L;
+  if (at.tv_nsec >= 1000000000L) at.tv_sec++, at.tv_nsec -= 1000000000L;
+  while (!*stop && pthread_cond_timedwait(c, m, &at) != ETIMEDOUT) {
+  }
   errno = saved;
+  return *stop;
 }
 
 uint64_t _trove_os_random(void) {

@@ -375,6 +375,11 @@ check("BACKGROUND=2: the thread stops once it has nothing left to do",
       value(p.stdout, "threads_end") == 1 and p.stderr.count("background thread started") >= 1
       and p.stderr.count("background thread started") == p.stderr.count("background thread stopped"),
       p.stdout[:300] + p.stderr[:300])
+p = run("teardown-fork", TROVE_PURGE_DELAY_MS=1000)
+check("BACKGROUND=2: fork() stops the thread first, and a later call starts it again",
+      p.returncode == 0 and value(p.stdout, "threads_before_fork") == 2 and
+      value(p.stdout, "threads_after_fork") == 1 and value(p.stdout, "child_status") == 0 and
+      value(p.stdout, "threads_after_call") == 2, p.stdout[:500])
 p = run("teardown 24", TROVE_PURGE_DELAY_MS=100, TROVE_VERBOSE=1)
 check("BACKGROUND=2: a smaller burst starts no thread",
       p.returncode == 0 and value(p.stdout, "threads_1s") == 1 and

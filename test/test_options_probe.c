@@ -56,7 +56,7 @@ static int threads_now(void) {
  * heap right after the frees (a heap's superblocks past K go on at once), the RSS then and a second
  * later, the threads a second later and how long until trove's background thread, if any,
  * was gone (polled every 50 ms). */
-static void teardown_then_wait(size_t mib, long wait_ms) {
+static void teardown(size_t mib) {
   size_t n = (mib << 20) / 320;
   void **p = trove_malloc(n * sizeof *p);
   if (p == NULL) return;
@@ -74,6 +74,9 @@ static void teardown_then_wait(size_t mib, long wait_ms) {
   }
   for (size_t i = 0; i < n; i++) trove_free(p[i]);
   trove_free(p);
+}
+static void teardown_then_wait(size_t mib, long wait_ms) {
+  teardown(mib);
   trove_stats_t st;
   trove_stats_get(&st);
   printf("given_on_kib=%zu\nfreed_kib=%zu\n", (st.pool_bytes + st.free_page_bytes) >> 10,
@@ -788,6 +791,22 @@ int main(int argc, char **argv) {
     if (pid > 0) waitpid(pid, &status, 0);
   } else if (strcmp(mode, "teardown") == 0) {
     teardown_then_wait(argc > 2 ? (size_t)atol(argv[2]) : 96, 8000);
+  } else if (strcmp(mode, "teardown-fork") == 0) {
+    /* The same burst, then at once (the thread running, the burst still waiting for the
+     * purge delay) fork(): the parent forks with its own threads only, and a large free
+     * after it (a call that may leave memory waiting) starts the thread again. */
+    teardown(96);
+    printf("threads_before_fork=%d\n", threads_now());
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) _exit(threads_now() == 1 ? 0 : 3);
+    printf("threads_after_fork=%d\n", threads_now());
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    printf("child_status=%d\n", status);
+    trove_free(trove_malloc(8u << 20));
+    sleep_ms(50);
+    printf("threads_after_call=%d\n", threads_now());
   } else if (strcmp(mode, "misuse") == 0) {
     void *p = trove_malloc(64);
     trove_free(p);
