@@ -1755,8 +1755,10 @@ static void spare_release(trove_sb_t *sb) {
 static uint32_t spare_pages(const trove_heap_t *h) {
   return __atomic_load_n(&h->spare_pages, __ATOMIC_RELAXED);
 }
+static _Atomic size_t spares_total;   /* all heaps' spare pages, for waiting_pages */
 static void spare_add_pages(trove_heap_t *h, long d) {   /* the cache's lock held */
   __atomic_store_n(&h->spare_pages, (uint32_t)((long)h->spare_pages + d), __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&spares_total, (size_t)d, memory_order_relaxed);
 }
 
 static void spare_unlink(trove_heap_t *h, trove_sb_t *sb) {   /* the cache's lock held */
@@ -2175,7 +2177,7 @@ static void heap_reset(trove_heap_t *h) {
   h->mquick_takes = h->mquick_frees = 0;
   memset(h->spare, 0, sizeof h->spare);
   memset(h->spare_map, 0, sizeof h->spare_map);
-  h->spare_pages = 0;
+  spare_add_pages(h, -(long)h->spare_pages);   /* 0 by now; and spares_total with it */
   mc_unlock(h);
   h->sparse_pages = 0;
   h->over_since_ms = 0;
@@ -2432,12 +2434,14 @@ static void background_start(void);
 enum { BACKGROUND_ALWAYS = 1, BACKGROUND_ON_DEMAND = 2 };   /* TROVE_BACKGROUND's values */
 #define BACKGROUND_WANT (((size_t)64 << 20) >> TROVE_PAGE_SHIFT)   /* pages, see background_main */
 /* Free memory that the timed work would give back once it waited the purge delay, in pages:
- * the page heap's free dirty pages, the pool's empty superblocks (where a thread's burst past
- * K goes) and the cached large mappings' resident pages. Relaxed hints: they decide when the
+ * the page heap's free dirty pages, the pool's empty superblocks and the heaps' spares (where
+ * a thread's burst past K goes) and the cached large mappings' resident pages. Relaxed hints: they decide when the
  * background thread is worth having, not what it gives back. */
 static size_t waiting_pages(void) {
+  size_t spares = atomic_load_explicit(&spares_total, memory_order_relaxed);
+  if (spares > SIZE_MAX / 2) spares = 0;     /* a moment below zero: heaps add theirs apart */
   return _trove_pages_dirty() + atomic_load_explicit(&pool_empty_pages, memory_order_relaxed) +
-         (_trove_large_cached_resident() >> TROVE_PAGE_SHIFT);
+         spares + (_trove_large_cached_resident() >> TROVE_PAGE_SHIFT);
 }
 /* On the program's calls that may leave much free memory waiting, with no lock held: the
  * timed work's, a medium run's free into the page heap, a large free (large.c). */
