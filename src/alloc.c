@@ -12,7 +12,7 @@ void _trove_free_bad(void *p, trove_sb_t *sb) {
   const trove_block_t *b = p;
   if (b->tag == _trove_tag(p))
     _trove_misuse("double free", p, "the block is already free");
-  else if (sb->kind == TROVE_SPAN_FREE)
+  else if (_trove_pages_in_free_run(sb, (uintptr_t)p))
     _trove_misuse("invalid free", p, "it points into free pages");
   else
     _trove_misuse("invalid free", p, "not the start of a block trove handed out");

@@ -740,6 +740,7 @@ _Static_assert(((size_t)2 << TROVE_ALIGN_DIRECT_LG) > TROVE_DIRECT_MAX,
                "an alignment past the direct[] rows makes a class above TROVE_DIRECT_MAX");
 
 void _trove_free_bad(void *p, trove_sb_t *sb) TROVE_HIDDEN;
+bool _trove_pages_in_free_run(const trove_sb_t *sb, uintptr_t a) TROVE_HIDDEN;   /* its report */
 /* The trove_ functions under names the standard ones reach without the PLT (alloc.c) */
 void *_trove_malloc(size_t size) TROVE_HIDDEN;
 void _trove_free(void *p) TROVE_HIDDEN;

@@ -394,8 +394,9 @@ static void bin_remove(arena_t *a, trove_sb_t *run) {
  * instead of touching each of the 16 pages of slots (4.6 MiB resident for 256 MiB of live
  * blocks in 69 segments, 1.75%), and their hot lines lie side by side, in every set of the L1
  * cache. A slot is freed when its run merges into a neighbour; page-map entries inside free
- * runs may still point to it, and to whatever run takes it next, which is harmless: a lookup
- * by an inner page of a free run comes only from a bad free, and _trove_sb_is_block rejects
+ * runs (and medium runs: split maps only their ends) may still point to it, and to whatever
+ * run takes it next, which is harmless: a lookup by such an inner page comes only from a bad
+ * free, and _trove_sb_is_block rejects
  * an address that is not a block start of the run described, before or after it. */
 static trove_sb_t *desc_new(trove_segment_t *seg) {
   for (size_t w = 0; w < TROVE_SEGMENT_PAGES / 64; w++) {
@@ -414,6 +415,15 @@ static void desc_free(trove_segment_t *seg, trove_sb_t *d) {
   d->kind = TROVE_SPAN_FREE;
   __atomic_store_n(&d->limit, 0, __ATOMIC_RELAXED);     /* no block passes _trove_sb_is_block */
   seg->desc_used[i / 64] &= ~((uint64_t)1 << (i % 64));
+}
+
+/* For a bad free's report (no lock: a hint): does `a` lie in the free run `sb` describes? The
+ * slot an inner page leads to may be stale (above): freed, or another run's since. */
+bool _trove_pages_in_free_run(const trove_sb_t *sb, uintptr_t a) {
+  const trove_segment_t *seg = _trove_segment_of((uintptr_t)sb);
+  size_t i = (size_t)(sb - seg->sb);
+  return sb->kind == TROVE_SPAN_FREE && ((seg->desc_used[i / 64] >> (i % 64)) & 1) != 0 &&
+         a - run_addr((trove_sb_t *)sb) < ((size_t)sb->npages << TROVE_PAGE_SHIFT);
 }
 
 static uint16_t desc_offset(trove_segment_t *seg, const trove_sb_t *d) {
@@ -479,8 +489,15 @@ static trove_sb_t *find_run(arena_t *a, size_t need, bool dense) {
 }
 
 /* Carve [page, page+n) out of free run `run` (already out of its bin); the pieces before and
- * after go back to the bins. */
-static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n) {
+ * after go back to the bins. `every_page`: map each page of the carved run to it, as a
+ * superblock needs (a free of any of its blocks looks its page up); else only its first page
+ * (free, realloc and malloc_usable_size of the one block, which starts there) and its last
+ * (insert_free finds the run before a freed one through its last page). A medium run's inner
+ * pages may then point to a descriptor slot since freed or reused, which only a bad free
+ * reads, and rejects as desc_new says. Mapping every page of medium runs cost a 1 MiB run 128
+ * stores: fastpath-medium spent 187 instructions in split per page-heap trip, 150 of them
+ * here (callgrind). */
+static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n, bool every_page) {
   trove_segment_t *seg = seg_of(run);
   size_t first = run->page, total = run->npages, end = first + total;
   bool dirty = run->dirty;
@@ -501,7 +518,8 @@ static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n) {
   r->dirty = dirty;
   r->next = r->prev = NULL;
   r->freed_at = 0;
-  map_pages(seg, r, page, n);
+  if (every_page) map_pages(seg, r, page, n);
+  else seg->pagemap[page] = seg->pagemap[page + n - 1] = desc_offset(seg, r);
   seg->free_pages -= (uint32_t)n;
   count_used(a, (long)n);
   size_t used = atomic_load_explicit(&used_total, memory_order_relaxed);
@@ -517,7 +535,7 @@ static trove_sb_t *carve(arena_t *a, trove_sb_t *run, size_t npages, size_t alig
     uintptr_t addr = run_addr(run), al = (uintptr_t)align_pages << TROVE_PAGE_SHIFT;
     page += (((addr + al - 1) & ~(al - 1)) - addr) >> TROVE_PAGE_SHIFT;
   }
-  trove_sb_t *r = split(a, run, page, npages);
+  trove_sb_t *r = split(a, run, page, npages, kind == TROVE_SPAN_SMALL);
   r->kind = (uint8_t)kind;     /* before unlocking: a neighbour's free must not merge it */
   note_low(a);
   return r;
@@ -910,11 +928,11 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
     size_t extra = npages - run->npages;
     if (right->kind == TROVE_SPAN_FREE && right->npages >= extra) {
       bin_remove(a, right);
-      trove_sb_t *piece = split(a, right, end, extra);
+      trove_sb_t *piece = split(a, right, end, extra, false);
       note_low(a);
       run->npages = (uint16_t)npages;
       run->span_bytes = (uint32_t)(npages << TROVE_PAGE_SHIFT);
-      map_pages(seg, run, run->page, npages);
+      seg->pagemap[run->page + npages - 1] = desc_offset(seg, run);   /* a medium run (split) */
       desc_free(seg, piece);
       ok = true;
     }
