@@ -34,13 +34,16 @@ static void note_mapped(ptrdiff_t delta) {
   }
 }
 
-static void *raw_map(size_t size) {
+/* At `hint` if that range is free (a hint, not MAP_FIXED: nothing mapped there is replaced),
+ * else wherever the kernel places it. */
+static void *raw_map_at(void *hint, size_t size) {
   int saved = errno;
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   errno = saved;
   return p == MAP_FAILED ? NULL : p;
 }
+static void *raw_map(size_t size) { return raw_map_at(NULL, size); }
 
 static void raw_unmap(void *p, size_t size) {
   int saved = errno;
@@ -54,11 +57,32 @@ void *_trove_os_map(size_t size) {
   return p;
 }
 
-/* Over-map by `align` and trim both ends: costs address space only, never memory. */
+/* Over-map by `align` and trim both ends: costs address space only, never memory. Where the
+ * process has less than size + align of address space left (RLIMIT_AS) or of commit charge
+ * (vm.overcommit_memory=2, which ignores MAP_NORESERVE) but `size` still fits, that over-map
+ * fails, and with it every malloc that needed a new segment, though a segment's worth was
+ * left: under limits of 40-64 MiB more than in use, mallocs of 64 B failed with 4-8 MiB unused
+ * (glibc's with 64 KiB). So map `size` alone: the kernel places a mapping just below the
+ * lowest one, which for trove's aligned segments leaves it aligned; otherwise ask for the
+ * aligned address below it, then the one above (hints: a taken range is never replaced). */
+static void *reserve_aligned_exact(size_t size, size_t align) {
+  uint8_t *p = raw_map(size);
+  if (p == NULL || ((uintptr_t)p & (align - 1)) == 0) return p;
+  raw_unmap(p, size);
+  uintptr_t down = (uintptr_t)p & ~(uintptr_t)(align - 1);
+  uintptr_t hints[2] = {down, down + align};
+  for (int i = 0; i < 2; i++) {
+    void *q = raw_map_at((void *)hints[i], size);
+    if (q == (void *)hints[i]) return q;
+    if (q) raw_unmap(q, size);
+  }
+  return NULL;
+}
+
 void *_trove_os_reserve_aligned(size_t size, size_t align) {
   if (size + align < size) return NULL;
   uint8_t *p = raw_map(size + align);
-  if (p == NULL) return NULL;
+  if (p == NULL) return reserve_aligned_exact(size, align);
   uintptr_t a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
   size_t head = a - (uintptr_t)p, tail = align - head;
   if (head) raw_unmap(p, head);

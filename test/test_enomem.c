@@ -2,12 +2,14 @@
  *
  * In a child process, RLIMIT_AS is set to the current address-space size + 64 MiB. The child
  * allocates 1 MiB blocks, then 64-byte blocks, until the allocator returns NULL (errno must be
- * ENOMEM); then every function of the family must fail cleanly: malloc, calloc, realloc
+ * ENOMEM), and maps what address space is left; then every function of the family must fail
+ * cleanly: malloc, calloc, realloc
  * (which must leave the old block intact), posix_memalign (ENOMEM), aligned_alloc, memalign,
  * valloc, pvalloc, and a 1 TiB request. After everything is freed, allocation must work
  * again: a 1 MiB block, 1000 small blocks, and a 32 MiB block (which needs the address space
  * of the freed blocks back). */
 #include "testhelper.h"
+#include <sys/mman.h>
 
 #define MARGIN (64 * TH_MIB)
 
@@ -84,6 +86,14 @@ static int child(void *arg) {
     CHECKF(++nsmall < 4 * MARGIN / 64, "too many 64-byte blocks under the limit");
   }
   CHECKF(nbig >= 16, "only %zu blocks of 1 MiB fit in a 64 MiB margin", nbig);
+  /* What is left is less than a new segment (see last_segment_child), but a large block may
+   * still fit in it: map it all, so that nothing below can succeed by where the limit fell. */
+  void *eaten = NULL;
+  for (;;) {
+    void *q = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q == MAP_FAILED) break;
+    eaten = push(eaten, q);
+  }
 
   /* now every function must fail cleanly */
   errno = 0;
@@ -143,6 +153,11 @@ static int child(void *arg) {
   CHECK(p == NULL && errno == ENOMEM);
 
   /* free everything: allocation works again */
+  while (eaten) {
+    void *next = *(void **)eaten;
+    munmap(eaten, 65536);
+    eaten = next;
+  }
   CHECK(free_list(small) == nsmall);
   CHECK(free_list(big) == nbig);
   CHECK(th_verify(keep_big, TH_MIB, 2, 0) == TH_OK);
@@ -208,6 +223,45 @@ static int reserve_child(void *arg) {
   return 0;
 }
 
+/* The last segment's worth: a segment is mapped with `align` more address space than it
+ * needs, to be cut aligned from it (os.c, reserve_aligned). Once less than that is left, a
+ * segment must still be mapped from what is: 64-byte blocks under a limit run out with less
+ * than a segment (4 MiB) of address space unused (glibc's leave 64 KiB). With only the
+ * over-map, malloc(64) failed with 7.7-8 MiB left under these limits. */
+#define SEGMENT (4 * TH_MIB)
+static int last_segment_child(void *arg) {
+  size_t extra = (size_t)(uintptr_t)arg;
+  size_t vm = th_vm_bytes();
+  CHECK(vm > 0);
+  struct rlimit rl = {vm + extra, vm + extra};
+  CHECK(setrlimit(RLIMIT_AS, &rl) == 0);
+  void *small = NULL;
+  size_t n = 0;
+  for (;;) {
+    errno = 0;
+    void *p = T_MALLOC(64);
+    if (!p) {
+      CHECKF(errno == ENOMEM, "malloc(64) failed with errno %d, not ENOMEM", errno);
+      break;
+    }
+    small = push(small, p);
+    CHECKF(++n < 4 * extra / 64, "too many 64-byte blocks under the limit");
+  }
+  size_t left = 0;
+  for (;;) {   /* what the process could still map, 64 KiB at a time (released after) */
+    void *q = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q == MAP_FAILED) break;
+    left += 65536;
+  }
+  CHECKF(left < SEGMENT, "malloc(64) ran out with %zu KiB of address space left under a "
+         "limit of %zu MiB more than in use: a segment (%zu KiB) still fit", left >> 10,
+         extra / TH_MIB, SEGMENT >> 10);
+  free_list(small);
+  printf("last segment child: %zu blocks of 64 B under %zu MiB more, %zu KiB left\n", n,
+         extra / TH_MIB, left >> 10);
+  return 0;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   th_check_trove_in_use();
@@ -224,6 +278,15 @@ int main(void) {
   CHECKF(!timed_out, "the reserve child did not finish in 120 s");
   CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the reserve child ended with %s",
          th_status_str(status, buf, sizeof buf));
+  /* two limits, so that what is left past the last whole segment differs */
+  for (size_t extra = 40 * TH_MIB; extra <= 42 * TH_MIB; extra += 2 * TH_MIB) {
+    status = th_run_child(last_segment_child, (void *)(uintptr_t)extra, NULL, NULL, 120, out,
+                          sizeof out, &timed_out);
+    fputs(out, stdout);
+    CHECKF(!timed_out, "the last-segment child did not finish in 120 s");
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the last-segment child ended with %s",
+           th_status_str(status, buf, sizeof buf));
+  }
   printf("test_enomem (%s): ok\n", T_MODE);
   return 0;
 }
