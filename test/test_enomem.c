@@ -46,6 +46,41 @@ static size_t free_list(void *list) {
   return n;
 }
 
+/* 64-byte blocks until malloc returns NULL (with ENOMEM), chained onto *list; how many */
+static size_t fill_small(void **list, size_t most) {
+  size_t n = 0;
+  for (;;) {
+    errno = 0;
+    void *p = T_MALLOC(64);
+    if (!p) {
+      CHECKF(errno == ENOMEM, "malloc(64) failed with errno %d, not ENOMEM", errno);
+      return n;
+    }
+    *list = push(*list, p);
+    CHECKF(++n < most, "too many 64-byte blocks under the limit");
+  }
+}
+
+/* Map what address space is left, 64 KiB at a time, chained onto *list (unmap_all gives it
+ * back); how many bytes. */
+#define PIECE 65536
+static size_t map_rest(void **list) {
+  size_t bytes = 0;
+  for (;;) {
+    void *q = mmap(NULL, PIECE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q == MAP_FAILED) return bytes;
+    *list = push(*list, q);
+    bytes += PIECE;
+  }
+}
+static void unmap_all(void *list) {
+  while (list) {
+    void *next = *(void **)list;
+    munmap(list, PIECE);
+    list = next;
+  }
+}
+
 static int child(void *arg) {
   (void)arg;
   /* trove is set up and the pattern blocks exist before the limit */
@@ -75,25 +110,12 @@ static int child(void *arg) {
     big = push(big, p);
     CHECKF(++nbig < 1000, "1000 MiB allocated under a limit of 64 MiB more than in use");
   }
-  for (;;) {
-    errno = 0;
-    void *p = T_MALLOC(64);
-    if (!p) {
-      CHECKF(errno == ENOMEM, "malloc(64) failed with errno %d, not ENOMEM", errno);
-      break;
-    }
-    small = push(small, p);
-    CHECKF(++nsmall < 4 * MARGIN / 64, "too many 64-byte blocks under the limit");
-  }
+  nsmall = fill_small(&small, 4 * MARGIN / 64);
   CHECKF(nbig >= 16, "only %zu blocks of 1 MiB fit in a 64 MiB margin", nbig);
   /* What is left is less than a new segment (see last_segment_child), but a large block may
    * still fit in it: map it all, so that nothing below can succeed by where the limit fell. */
   void *eaten = NULL;
-  for (;;) {
-    void *q = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (q == MAP_FAILED) break;
-    eaten = push(eaten, q);
-  }
+  map_rest(&eaten);
 
   /* now every function must fail cleanly */
   errno = 0;
@@ -153,11 +175,7 @@ static int child(void *arg) {
   CHECK(p == NULL && errno == ENOMEM);
 
   /* free everything: allocation works again */
-  while (eaten) {
-    void *next = *(void **)eaten;
-    munmap(eaten, 65536);
-    eaten = next;
-  }
+  unmap_all(eaten);
   CHECK(free_list(small) == nsmall);
   CHECK(free_list(big) == nbig);
   CHECK(th_verify(keep_big, TH_MIB, 2, 0) == TH_OK);
@@ -235,24 +253,10 @@ static int last_segment_child(void *arg) {
   CHECK(vm > 0);
   struct rlimit rl = {vm + extra, vm + extra};
   CHECK(setrlimit(RLIMIT_AS, &rl) == 0);
-  void *small = NULL;
-  size_t n = 0;
-  for (;;) {
-    errno = 0;
-    void *p = T_MALLOC(64);
-    if (!p) {
-      CHECKF(errno == ENOMEM, "malloc(64) failed with errno %d, not ENOMEM", errno);
-      break;
-    }
-    small = push(small, p);
-    CHECKF(++n < 4 * extra / 64, "too many 64-byte blocks under the limit");
-  }
-  size_t left = 0;
-  for (;;) {   /* what the process could still map, 64 KiB at a time (released after) */
-    void *q = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (q == MAP_FAILED) break;
-    left += 65536;
-  }
+  void *small = NULL, *rest = NULL;
+  size_t n = fill_small(&small, 4 * extra / 64);
+  size_t left = map_rest(&rest);
+  unmap_all(rest);
   CHECKF(left < SEGMENT, "malloc(64) ran out with %zu KiB of address space left under a "
          "limit of %zu MiB more than in use: a segment (%zu KiB) still fit", left >> 10,
          extra / TH_MIB, SEGMENT >> 10);
