@@ -22,7 +22,11 @@ void _trove_sb_init(trove_sb_t *sb, size_t cls) {
   /* kind is already SMALL: the page heap sets it under its lock (neighbours read it there) */
   sb->cls = (uint8_t)cls;
   sb->capacity = sb->span_bytes / (uint32_t)bs;
-  sb->sparse_at = (uint16_t)(((uint64_t)sb->capacity * (uint64_t)(100 - TROVE_OPT(BLOWUP_F_PCT))) / 100);
+  /* at least 1, so that an empty superblock is always f-empty: with 0 (a capacity under
+   * 1 / (1 - f), e.g. 4-9 blocks with TROVE_BLOWUP_F=0.9) its trigger never fired, and one
+   * emptied on a partial list stayed there, its segment mapped, until the thread exited */
+  uint32_t at = (uint32_t)(((uint64_t)sb->capacity * (uint64_t)(100 - TROVE_OPT(BLOWUP_F_PCT))) / 100);
+  sb->sparse_at = (uint16_t)(at ? at : 1);
   sb->free = sb->local_free = NULL;
   sb->slack = 0;
   sb->trigger = 0;
