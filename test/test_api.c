@@ -834,7 +834,7 @@ static void *phase_shift_thread(void *arg) {
   for (int r = 0; r < ROUNDS; r++) {
     size_t held = phase_held(p, ((size_t)MB << 20) / sz[r & 1], sz[r & 1]);
     if (r == 0) first = held;
-    else
+    else if (th_policy_default(NULL))   /* (a larger K, for one, keeps more between phases) */
       CHECKF(held <= first + ((size_t)MB << 20) / 2,
              "phase %d (%zu-byte blocks) held %zu KiB from the OS, the first %zu", r, sz[r & 1],
              held >> 10, first >> 10);
@@ -870,7 +870,7 @@ static void *turn_thread(void *arg) {
     if (turn % 2 == id) {
       size_t held = phase_held(p, n, sz);
       if (turn == 0) turn_first = held;
-      if (id == 1)
+      if (id == 1 && th_policy_default(NULL))
         CHECKF(held <= turn_first + ((size_t)TURN_MB << 20) / 2,
                "the second thread's phase held %zu KiB from the OS, the first's %zu",
                held >> 10, turn_first >> 10);
@@ -919,7 +919,8 @@ static void test_small_then_large(void) {
   }
   size_t rss2 = th_rss_bytes();
   for (int i = 0; i < BUFS; i++) T_FREE(b[i]);
-  CHECKF(rss1 > 0 && rss2 <= rss1 + ((size_t)MB << 20) / 2,
+  /* (with a K of many MiB the freed superblocks are the thread's to keep) */
+  CHECKF(rss1 > 0 && (rss2 <= rss1 + ((size_t)MB << 20) / 2 || !th_policy_default(NULL)),
          "RSS %zu KiB with the small blocks, %zu KiB with the large buffers after them",
          rss1 >> 10, rss2 >> 10);
   printf("ok large buffers after small blocks: RSS %zu -> %zu KiB\n", rss1 >> 10, rss2 >> 10);
@@ -952,7 +953,9 @@ static void test_large_grow_in_kept_tail(void) {
   CHECK(q[start + 4095] == 0x33 && q[big - 8193] == 0x33);
   long faults = r1.ru_minflt - r0.ru_minflt;
 #ifndef TROVE_TEST_SANITIZE
-  CHECKF(faults < 64, "growing a large block within its mapping faulted %ld pages in", faults);
+  /* (with no large-block cache the tail is not kept) */
+  if (th_policy_default(NULL))
+    CHECKF(faults < 64, "growing a large block within its mapping faulted %ld pages in", faults);
 #else
   (void)faults;
 #endif

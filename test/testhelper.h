@@ -369,4 +369,30 @@ static inline void th_check_trove_in_use(void) {
 #endif
 }
 
+/* ---- checks of the default policy ----
+ * Some checks test how trove behaves with its options at their defaults: how much memory it
+ * holds, which free run a request reuses, whether an exited thread's heap is taken over
+ * whole. Under other TROVE_* values (test/options-matrix.sh runs the tests under a list of
+ * them) such a check would test the option, not the allocator, so it is made only when this
+ * returns true; the checks of correctness (contents, misuse reports, NULL on failure) run
+ * under every option. True when no TROVE_* variable is set except those that change no
+ * policy (SHOW_STATS, VERBOSE, ON_MISUSE) and those in `own`, a comma-separated list of the
+ * ones the test's CTest entry sets itself ("TROVE_PURGE_DELAY_MS"; NULL for none). */
+static inline int th_policy_default(const char *own) {
+  static const char *const neutral[] = {"TROVE_SHOW_STATS", "TROVE_VERBOSE", "TROVE_ON_MISUSE"};
+  for (char **e = environ; *e; e++) {
+    if (strncmp(*e, "TROVE_", 6) != 0) continue;
+    size_t n = strcspn(*e, "=");
+    int allowed = 0;
+    for (size_t i = 0; i < sizeof neutral / sizeof neutral[0] && !allowed; i++)
+      allowed = strlen(neutral[i]) == n && strncmp(*e, neutral[i], n) == 0;
+    for (const char *o = own; o && *o && !allowed; o += strcspn(o, ","), o += *o == ',') {
+      size_t m = strcspn(o, ",");
+      allowed = m == n && strncmp(*e, o, n) == 0;
+    }
+    if (!allowed) return 0;
+  }
+  return 1;
+}
+
 #endif /* TROVE_TESTHELPER_H */
