@@ -423,6 +423,7 @@ typedef struct trove_heap_s {
   bool orphan;                             /* a fork caught it expiring: never reused */
   bool expiring;                           /* a sweep is handing its superblocks back */
   uint64_t parked_ms;                      /* exited, superblocks kept for the next thread (0: no) */
+  uint32_t parked_pages;                   /* the pages of those superblocks (heap.c, waiting_pages) */
   uint64_t born_ms;                        /* when its thread took it (see _trove_heap_thread_done) */
   uint32_t id;
   trove_arena_ref_t arena;                 /* the page heap arena it takes runs from */

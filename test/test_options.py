@@ -234,6 +234,17 @@ check("workers that end hand back what they held, with no later allocator call",
 p = run("tasks", TROVE_PURGE_DELAY_MS=40)
 check("short-lived threads leave their memory parked for the next",
       p.returncode == 0 and value(p.stdout, "resident_kib") >= 4096, p.stdout[:300])
+# 20 short tasks each leave 2 MiB of blocks in 4 MiB of superblocks, which the main thread
+# frees onto their parked heaps' queues before it waits without a call: the parked heaps count among the memory the background
+# thread waits for (64 MiB), which hands them back after the delay; with no thread they stay.
+p = run("taskburst", TROVE_PURGE_DELAY_MS=200)
+check("a burst of short tasks: their parked heaps go back while the program waits",
+      p.returncode == 0 and value(p.stdout, "freed_kib") >= 48 * 1024 and
+      value(p.stdout, "idle_kib") + 40 * 1024 <= value(p.stdout, "freed_kib"), p.stdout[:300])
+p = run("taskburst", TROVE_PURGE_DELAY_MS=200, TROVE_BACKGROUND=0)
+check("BACKGROUND=0: a burst of short tasks stays parked while the program waits",
+      p.returncode == 0 and value(p.stdout, "idle_kib") + 8 * 1024 >= value(p.stdout, "freed_kib"),
+      p.stdout[:300])
 # threads that hold one 1 KiB block each: a heap's first superblock of the class is 32 blocks
 # long, or 8 once there are more than 8 live threads per CPU
 p = run("uncrowded")

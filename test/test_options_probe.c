@@ -163,6 +163,24 @@ static void *churn_worker(void *arg) {
   return NULL;
 }
 
+/* A thread of the "taskburst" probe: 4 MiB of 1000 B blocks, written; it frees every other
+ * one (its superblocks stay partial, with its heap) and leaves the rest to the main thread,
+ * and ends at once (a short task). */
+enum { BURST_THREADS = 20, BURST_BLOCKS = 4096 };
+static void *burst_blocks[BURST_THREADS][BURST_BLOCKS];
+static void *burst_task(void *arg) {
+  void **p = burst_blocks[(size_t)arg];
+  for (int i = 0; i < BURST_BLOCKS; i++) {
+    p[i] = trove_malloc(1000);
+    if (p[i]) memset(p[i], 1, 1000);
+  }
+  for (int i = 1; i < BURST_BLOCKS; i += 2) {
+    trove_free(p[i]);
+    p[i] = NULL;
+  }
+  return NULL;
+}
+
 /* A thread of the "crowded" probe: one 1000-byte block (the 1 KiB class), held until all
  * threads have theirs. */
 static pthread_barrier_t crowd_bar;
@@ -439,6 +457,19 @@ int main(int argc, char **argv) {
     trove_stats_get(&st);
     printf("kept_kib=%zu\nresident_kib=%zu\n",
            (st.dirty_page_bytes + st.medium_cached_bytes) >> 10, st.resident >> 10);
+  } else if (strcmp(mode, "taskburst") == 0) {
+    /* A burst of short tasks: 20 threads each leave 2 MiB of blocks in 4 MiB of superblocks
+     * and end; the main thread frees those blocks (onto the queues of the parked heaps) and
+     * then makes no call for 1.5 s (a program that waits once its parallel phase is over). */
+    pthread_t t[BURST_THREADS];
+    for (size_t i = 0; i < BURST_THREADS; i++) pthread_create(&t[i], NULL, burst_task, (void *)i);
+    for (int i = 0; i < BURST_THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < BURST_THREADS; i++)
+      for (int k = 0; k < BURST_BLOCKS; k++) trove_free(burst_blocks[i][k]);
+    printf("freed_kib=%zu\n", rss_kib());
+    fflush(stdout);
+    sleep_ms(1500);
+    printf("idle_kib=%zu\n", rss_kib());
   } else if (strcmp(mode, "crowded") == 0 || strcmp(mode, "uncrowded") == 0) {
     /* Threads that each hold one block of the 1 KiB class: 4 of them, or more than 8 per
      * CPU (then a heap's first superblock of a class is a short run: 8 blocks, not 32). */
