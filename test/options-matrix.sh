@@ -31,7 +31,7 @@ tests=(
   "test_stress_static 64 2000 1"
   "test_xthread_static 6 20000 300 300"
   "test_bursts_api 4 40 200"
-  "test_ring_static 4 200"
+  "test_ring_static 4 100"
   "test_fork_static 4"
   "test_enomem_static"
 )
