@@ -2187,13 +2187,14 @@ static void heap_reset(trove_heap_t *h) {
   memset(h->first_borrows, 0, sizeof h->first_borrows);
 }
 
-/* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently
- * freed heap, else a new one. */
 /* A parked heap leaves the free list (heaps lock held): its pages no longer wait */
 static void unpark_pages(trove_heap_t *h) {
   atomic_fetch_sub_explicit(&parked_pages_total, h->parked_pages, memory_order_relaxed);
   h->parked_pages = 0;
 }
+
+/* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently
+ * freed heap, else a new one. */
 static trove_heap_t *heap_acquire(trove_heap_t *want) {
   pthread_mutex_lock(&_trove_locks.heaps);
   trove_heap_t **pp = &heaps_free;
