@@ -2297,8 +2297,8 @@ static void heap_abandon(trove_heap_t *h) {
  * parked for a successor; it counts among the pages the background thread waits for
  * (waiting_pages), so that once parked heaps hold 64 MiB a program that ran a burst of such
  * threads and then waits without a call still gets them back after the delay: 60 threads of
- * test_ring's shape (0.3 s) left 79 MiB resident as long as the main thread made no call
- * (glibc 3.7 MiB, jemalloc 21, tcmalloc 58, snmalloc 94); now 2.6 MiB 2 s later. */
+ * test_ring's shape (0.3 s) left 76 MiB resident as long as the main thread made no call
+ * (glibc 3.6 MiB, jemalloc 20, tcmalloc 57, snmalloc 92); now 2.5 MiB 2 s later. */
 static void heaps_expire(bool all);
 /* The pages of the superblocks `h` holds (its current ones, its lists, the sparse and empty
  * ones): one walk of its lists, at its thread's exit. */
