@@ -234,7 +234,7 @@ check("workers that end hand back what they held, with no later allocator call",
 p = run("tasks", TROVE_PURGE_DELAY_MS=40)
 check("short-lived threads leave their memory parked for the next",
       p.returncode == 0 and value(p.stdout, "resident_kib") >= 4096, p.stdout[:300])
-# 20 short tasks each leave 2 MiB of blocks in 4 MiB of superblocks, which the main thread
+# 24 short tasks each leave 2 MiB of blocks in 4 MiB of superblocks, which the main thread
 # frees onto their parked heaps' queues before it waits without a call: the parked heaps count among the memory the background
 # thread waits for (64 MiB), which hands them back after the delay; with no thread they stay.
 p = run("taskburst", TROVE_PURGE_DELAY_MS=200)

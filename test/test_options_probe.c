@@ -166,8 +166,9 @@ static void *churn_worker(void *arg) {
 /* A thread of the "taskburst" probe: 4 MiB of 1000 B blocks, written; it frees every other
  * one (its superblocks stay partial, with its heap) and leaves the rest to the main thread,
  * and ends at once (a short task). */
-enum { BURST_THREADS = 20, BURST_BLOCKS = 4096 };
+enum { BURST_THREADS = 24, BURST_BLOCKS = 4096 };
 static void *burst_blocks[BURST_THREADS][BURST_BLOCKS];
+static pthread_barrier_t burst_bar;
 static void *burst_task(void *arg) {
   void **p = burst_blocks[(size_t)arg];
   for (int i = 0; i < BURST_BLOCKS; i++) {
@@ -178,6 +179,9 @@ static void *burst_task(void *arg) {
     trove_free(p[i]);
     p[i] = NULL;
   }
+  /* all alive at once, so that none takes over another's parked heap (on a loaded machine,
+   * tasks that ran one after the other filled each other's freed halves: 60 MiB parked) */
+  pthread_barrier_wait(&burst_bar);
   return NULL;
 }
 
@@ -458,10 +462,11 @@ int main(int argc, char **argv) {
     printf("kept_kib=%zu\nresident_kib=%zu\n",
            (st.dirty_page_bytes + st.medium_cached_bytes) >> 10, st.resident >> 10);
   } else if (strcmp(mode, "taskburst") == 0) {
-    /* A burst of short tasks: 20 threads each leave 2 MiB of blocks in 4 MiB of superblocks
+    /* A burst of short tasks: 24 threads each leave 2 MiB of blocks in 4 MiB of superblocks
      * and end; the main thread frees those blocks (onto the queues of the parked heaps) and
      * then makes no call for 1.5 s (a program that waits once its parallel phase is over). */
     pthread_t t[BURST_THREADS];
+    pthread_barrier_init(&burst_bar, NULL, BURST_THREADS);
     for (size_t i = 0; i < BURST_THREADS; i++) pthread_create(&t[i], NULL, burst_task, (void *)i);
     for (int i = 0; i < BURST_THREADS; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < BURST_THREADS; i++)
