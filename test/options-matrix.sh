@@ -6,11 +6,13 @@
 # (testhelper.h, th_policy_default). A failure is a wrong result, a crash or a hang under an
 # option a user may set, so it fails this test.
 #
-# usage: options-matrix.sh TESTDIR [SET...]   (TESTDIR: where the test binaries are; SET: the
+# usage: options-matrix.sh TESTDIR LIBTROVE [SET...]   (TESTDIR: where the test binaries are;
+#        LIBTROVE: libtrove.so, preloaded for the programs not linked to trove; SET: the
 #        indexes of the option sets to run, all by default)
 set -u
 dir=$1
-shift
+lib=$(readlink -f "$2")
+shift 2
 sets=(
   "TROVE_THP=0"
   "TROVE_THP=2"
@@ -34,6 +36,9 @@ tests=(
   "test_ring_static 4 100"
   "test_fork_static 4"
   "test_enomem_static"
+  "PRELOAD test_fork_preload 4"
+  "PRELOAD test_cxx"
+  "PRELOAD test_dlopen ./libtt_dltest.so"
 )
 # (not test_stats: its checks are of the default policy's own counters, how much it parks,
 # purges and keeps, and of their timing)
@@ -43,10 +48,12 @@ fail=0
 for i in "${pick[@]}"; do
   envs=${sets[$i]}
   for t in "${tests[@]}"; do
+    pre=""
+    if [ "${t%% *}" = PRELOAD ]; then pre="LD_PRELOAD=$lib"; t=${t#PRELOAD }; fi
     bin=${t%% *}
     [ -x "$dir/$bin" ] || { echo "FAIL: no $dir/$bin"; fail=1; continue; }
     start=$(date +%s.%N)
-    out=$(cd "$dir" && env $envs timeout 120 ./$t 2>&1)
+    out=$(cd "$dir" && env $envs $pre timeout 120 ./$t 2>&1)
     rc=$?
     secs=$(echo "$(date +%s.%N) - $start" | bc)
     if [ $rc -ne 0 ]; then
@@ -54,7 +61,7 @@ for i in "${pick[@]}"; do
       echo "$out" | tail -15
       fail=1
     else
-      printf 'ok   [%s] %s (%.1f s)\n' "$envs" "$t" "$secs"
+      printf 'ok   [%s] %s%s (%.1f s)\n' "$envs" "${pre:+(preloaded) }" "$t" "$secs"
     fi
   done
 done
