@@ -235,6 +235,7 @@ void *_trove_reallocarray(void *p, size_t count, size_t size) {
 }
 
 static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
+static void *aligned_refill(trove_sb_t *sb, size_t key);
 
 /* Blocks of a class are aligned to the largest power of two dividing the class size (runs
  * start on 8 KiB pages), so small aligned requests just pick such a class: on the fast path
@@ -246,10 +247,13 @@ static TROVE_NOINLINE void *alloc_aligned(size_t align, size_t size) {
   if (size > TROVE_MAX_ALLOC || align > TROVE_MAX_ALLOC) goto enomem;
   size_t rounded = (size + align - 1) & ~(align - 1);
   if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
-    size_t cls = _trove_class_aligned[__builtin_ctzl(align) - 4][_trove_size_class(rounded)];
-    _trove_aligned_call = true;
-    void *p = _trove_malloc_inline(_trove_class_size[cls]);
-    _trove_aligned_call = false;
+    size_t cls = _trove_class_aligned[__builtin_ctzl(align) - 4][_trove_size_class_lookup(rounded)];
+    /* the class's own superblock, as the fast path takes it: malloc of the class's size
+     * would take malloc's class for it, which may be another one (a class 64 B larger for a
+     * multiple of 4 KiB, whose blocks are not so aligned: size_class.c) */
+    trove_sb_t *sb = _trove_tls_heap->cur[cls];
+    trove_block_t *b = sb->free;
+    void *p = b ? _trove_sb_pop(sb, b) : aligned_refill(sb, 256 + cls);
     if (p) return p;
     goto enomem;
   }

@@ -16,8 +16,8 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static _Atomic bool fork_registered;
 
 static void init_body(void) {
+  _trove_options_init();                   /* first: TROVE_COLOUR picks the size classes */
   _trove_size_classes_init();
-  _trove_options_init();
   _trove_pages_init();
   _trove_pool_init();
   _trove_key = (uintptr_t)_trove_os_random();
@@ -76,7 +76,7 @@ trove_locks_t _trove_locks __attribute__((aligned(4096))) = {
   .segment = PTHREAD_MUTEX_INITIALIZER,
   .serial = PTHREAD_MUTEX_INITIALIZER,
 };
-_Static_assert(offsetof(trove_locks_t, arena[27]) <= 2 * 4096, "27 arenas: two pages");
+_Static_assert(offsetof(trove_locks_t, arena[26]) <= 2 * 4096, "26 arenas: two pages");
 
 void _trove_shared_fork_prepare(void) TROVE_HIDDEN;
 void _trove_shared_fork_parent(void) TROVE_HIDDEN;

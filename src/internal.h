@@ -51,11 +51,13 @@
 #define TROVE_SEGMAP_SIZE   ((size_t)1 << (TROVE_VA_BITS - TROVE_SEGMENT_SHIFT))
 
 /* Size classes: multiples of 16 up to 128 B, then 8 classes per doubling up to 64 KiB, so that
- * above 128 B a block wastes at most 1/8 of the request. Every block is 16-byte aligned, as
+ * above 128 B a block wastes at most 1/8 of the request; malloc's classes that would be
+ * multiples of 1 KiB from 4 KiB up are 64 B larger, and the multiples of 4 KiB (and 6 KiB)
+ * stay for aligned requests (size_class.c, cache colour). Every block is 16-byte aligned, as
  * glibc's are: programs rely on it even where the C standard would allow 8 (SSE loads on a
  * float array of odd length), so 64-128 B keeps 16-byte steps (at most 15 bytes lost). */
 #define TROVE_SMALL_MAX     ((size_t)64 * 1024)
-#define TROVE_CLASSES       81                         /* class 0 unused */
+#define TROVE_CLASSES       97                         /* class 0 unused */
 #define TROVE_DIRECT_MAX    1024                       /* direct[] serves sizes up to this */
 #define TROVE_DIRECT_SLOTS  (TROVE_DIRECT_MAX / 16 + 1)   /* every class size is a 16-multiple */
 #define TROVE_REMOTE_LANES  7              /* remote queue chains (with its words, one cache line) */
@@ -276,8 +278,9 @@ extern uint32_t _trove_class_size[TROVE_CLASSES];
 extern uint16_t _trove_class_pages[TROVE_CLASSES];     /* run length of a superblock */
 extern uint16_t _trove_class_starter[TROVE_CLASSES];   /* the same, crowded (heap.c) */
 extern uint8_t  _trove_class_direct[TROVE_DIRECT_SLOTS]; /* (size+15)>>4 -> class */
-/* (size-1)>>7 -> class, for 1 KiB < size <= 64 KiB (classes there are 128-byte multiples) */
-extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 7];
+/* (size-1)>>6 -> class, for 1 KiB < size <= 64 KiB (classes there are 64-byte multiples;
+ * aligned-only ones included: _trove_size_class_lookup) */
+extern uint8_t  _trove_class_mid[TROVE_SMALL_MAX >> 6];
 /* (size+15)>>4 -> the heap's slot for size <= SMALL_MAX: the direct[] slot up to DIRECT_MAX,
  * TROVE_DIRECT_SLOTS + class above (heap.slots[]) */
 #define TROVE_SIZE_SLOTS ((TROVE_SMALL_MAX >> 4) + 1)
@@ -305,18 +308,21 @@ extern uint8_t  _trove_class_aligned[TROVE_ALIGN_ROWS][TROVE_CLASSES];
 #define TROVE_ALIGN_DIRECT_LG 10
 extern uint8_t  _trove_aligned_slot[TROVE_ALIGN_DIRECT_LG + 1][128];
 _Static_assert(TROVE_DIRECT_SLOTS <= 128, "a row of _trove_aligned_slot holds every slot");
-/* Class of 0 < size <= SMALL_MAX: 16-byte steps to 128, then eighths of each power of two. */
-TROVE_INLINE size_t _trove_size_class(size_t size) {
-  if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
-  size_t s = size - 1;
-  unsigned lg = 63u - (unsigned)__builtin_clzl(s);      /* 2^lg <= s < 2^(lg+1), lg >= 7 */
-  return 8 + (lg - 7) * 8 + ((s >> (lg - 3)) & 7) + 1;
+/* malloc's class of 0 < size <= SMALL_MAX, as its fast path finds it (for the slow paths). */
+TROVE_INLINE size_t _trove_size_class_plain(size_t size) {
+  size_t slot = _trove_size_slot[(size + 15) >> 4];
+  return slot < TROVE_DIRECT_SLOTS ? _trove_class_direct[slot] : slot - TROVE_DIRECT_SLOTS;
 }
-/* The same, by table (for the slow paths: two loads, no bit scan). */
+/* The smallest class of any kind that holds 0 < size <= SMALL_MAX, aligned-only included:
+ * the aligned paths' start (_trove_class_aligned). Two loads, no bit scan. */
 TROVE_INLINE size_t _trove_size_class_lookup(size_t size) {
   return size <= TROVE_DIRECT_MAX ? _trove_class_direct[(size + 15) >> 4]
-                                  : _trove_class_mid[(size - 1) >> 7];
+                                  : _trove_class_mid[(size - 1) >> 6];
 }
+/* Classes that serve aligned requests only: no slot of malloc's maps to them; and malloc's
+ * classes 64 B above those, whose superblocks start their first block at an offset into the
+ * run (superblock.c). Both for cache colour: size_class.c. */
+extern uint8_t  _trove_class_aligned_only[TROVE_CLASSES], _trove_class_coloured[TROVE_CLASSES];
 void _trove_size_classes_init(void);
 
 /* ---------------------------------------------------------------- thread heaps (heap.c) */
@@ -483,7 +489,7 @@ enum { TROVE_LOCK_POOL, TROVE_LOCK_PAGES };
 #define TROVE_ARENAS_MAX 64
 /* Pool shards: one per arena, up to this many (fork holds every lock of those in use). */
 #define TROVE_POOL_SHARDS_MAX 16
-/* The locks fork() holds (init.c), side by side: the first shard's pool locks and 27 arenas'
+/* The locks fork() holds (init.c), side by side: the first shard's pool locks and 26 arenas'
  * fit two pages with the rest, and each other shard in use (a heap of its arena exists) adds
  * 5 KiB; the pages of shards no heap uses are not written.
  * After a fork the parent unlocks each and the child makes each anew, and either one's first
@@ -501,7 +507,7 @@ typedef struct {
    * the arenas' locks, so that a process with a few threads and CPUs writes two pages) the
    * others, up to _trove_pool_shards; see _trove_pool_at */
   trove_pool_t pool0[TROVE_CLASSES];
-  /* page_heap.c's arenas', in use up to its `narenas` (27 fit the second page) */
+  /* page_heap.c's arenas', in use up to its `narenas` (26 fit the second page) */
   struct { pthread_mutex_t m; } __attribute__((aligned(TROVE_CACHE_LINE))) arena[TROVE_ARENAS_MAX];
   trove_pool_t pool_more[TROVE_POOL_SHARDS_MAX - 1][TROVE_CLASSES];
 } trove_locks_t;
@@ -648,7 +654,7 @@ typedef enum {
   TROVE_OPT_PURGE_DELAY_MS, TROVE_OPT_BLOWUP_K, TROVE_OPT_BLOWUP_F_PCT, TROVE_OPT_SHOW_STATS,
   TROVE_OPT_VERBOSE, TROVE_OPT_ON_MISUSE, TROVE_OPT_DIRTY_MAX_MB, TROVE_OPT_LARGE_CACHE_MB,
   TROVE_OPT_ARENAS, TROVE_OPT_SHARED_THREADS, TROVE_OPT_THP, TROVE_OPT_THP_SLOW_US,
-  TROVE_OPT_BACKGROUND, TROVE_OPT_COUNT
+  TROVE_OPT_BACKGROUND, TROVE_OPT_COLOUR, TROVE_OPT_COUNT
 } trove_option_t;
 enum { TROVE_MISUSE_ABORT = 0, TROVE_MISUSE_WARN = 1 };
 extern long _trove_options[TROVE_OPT_COUNT];

@@ -51,6 +51,10 @@ static const opt_desc_t options[TROVE_OPT_COUNT] = {
                             "a thread of trove's gives free memory back after the purge delay while"
                             " the program makes no calls: 2 while 64 MiB or more of free pages wait,"
                             " 1 always, 0 never (only the program's calls do)"},
+  [TROVE_OPT_COLOUR] = {"TROVE_COLOUR", OPT_BOOL, 0, 0, 1,
+                        "cache colour for blocks of 4-60 KiB: malloc's classes for multiples of 1"
+                        " KiB 64 B larger, their runs' first block at an offset, so that their"
+                        " heads spread over the cache's sets (up to a 4 KiB page more a block)"},
 };
 
 long _trove_options[TROVE_OPT_COUNT];

@@ -17,11 +17,28 @@ void _trove_sb_set_run(trove_sb_t *run, size_t bsize, size_t carved) {
   __atomic_store_n(&run->limit, (uint64_t)(carved / bsize) * limit_step(run), __ATOMIC_RELAXED);
 }
 
+/* The offset of a superblock's first block into its run, for the classes 64 B above a multiple
+ * of 1 KiB (TROVE_COLOUR=1; size_class.c, cache colour): a multiple of 64 within the run's
+ * tail, picked by a hash of the run's address. Their blocks step 64 B through the sets of a
+ * page, but from the same start each run would cover the same few: 512 blocks of 16 KiB
+ * (16,448 B, 4 a run) on 4 sets of the first-level cache in all, 6x faster to read the heads
+ * of than at one set, but still a third of glibc's speed; from a start anywhere in the
+ * tail, level with it. */
+static uintptr_t run_colour(uintptr_t run, size_t tail) {
+  uint32_t hash = (uint32_t)(run >> TROVE_PAGE_SHIFT) * 2654435761u;
+  return (uintptr_t)(((uint64_t)hash * (tail / 64 + 1)) >> 32) * 64;
+}
+
 void _trove_sb_init(trove_sb_t *sb, size_t cls) {
   size_t bs = _trove_class_size[cls];
   /* kind is already SMALL: the page heap sets it under its lock (neighbours read it there) */
   sb->cls = (uint8_t)cls;
   sb->capacity = sb->span_bytes / (uint32_t)bs;
+  /* from the run's first page (the run may have served another class, with another offset) */
+  uintptr_t run = (sb->start & ~(uintptr_t)TROVE_SEGMENT_MASK) +
+                  ((uintptr_t)sb->page << TROVE_PAGE_SHIFT);
+  sb->start = run;
+  if (_trove_class_coloured[cls]) sb->start += run_colour(run, sb->span_bytes - sb->capacity * bs);
   /* at least 1, so that an empty superblock is always f-empty: with 0 (a capacity under
    * 1 / (1 - f), e.g. 4-9 blocks with TROVE_BLOWUP_F=0.9) its trigger never fired, and one
    * emptied on a partial list stayed there, its segment mapped, until the thread exited */

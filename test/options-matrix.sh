@@ -1,7 +1,8 @@
 #!/bin/bash
 # The tests under other values of the TROVE_* options: each option set below is one an
 # operator might choose (no huge pages, huge pages always, shared heaps for every thread, one
-# arena, no background thread, no purge delay, Hoard's K at its ends, no caches). Every check
+# arena, no background thread, no purge delay, Hoard's K at its ends, no caches, the size
+# classes of cache colour). Every check
 # of correctness must hold under each; the checks of the default policy skip themselves there
 # (testhelper.h, th_policy_default). A failure is a wrong result, a crash or a hang under an
 # option a user may set, so it fails this test.
@@ -24,6 +25,7 @@ sets=(
   "TROVE_BLOWUP_K=0 TROVE_BLOWUP_F=0.1"
   "TROVE_BLOWUP_K=4096 TROVE_BLOWUP_F=0.9"
   "TROVE_DIRTY_MAX_MB=0 TROVE_LARGE_CACHE_MB=0"
+  "TROVE_COLOUR=1"
 )
 # each test with arguments sized to run for a second or two
 tests=(

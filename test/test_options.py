@@ -265,6 +265,17 @@ check("more than 5 threads per CPU: the medium caches share 2 MiB per CPU",
 # superblocks of a class grow while a thread keeps carving fresh ones and giving empty ones
 # back (heap.c, sb_grow); a long purge delay, so that the idle scan (every half delay) cannot
 # shrink them back during a slow (sanitized) run
+# cache colour (size_class.c): by default blocks of a multiple of 4 KiB start on a page, all
+# on one set of the first-level cache; TROVE_COLOUR=1 spreads their heads over the sets, and
+# page-aligned requests of those sizes still get pages
+p = run("colour")
+check("default classes: heads of 4/8/16 KiB blocks on one cache set",
+      p.returncode == 0 and value(p.stdout, "head_sets") == 1 and value(p.stdout, "page_aligned") == 1,
+      p.stdout[:200])
+p = run("colour", TROVE_COLOUR=1)
+check("TROVE_COLOUR=1: heads of 4/8/16 KiB blocks over at least 32 of 64 sets, aligned ones on pages",
+      p.returncode == 0 and value(p.stdout, "head_sets") >= 32 and value(p.stdout, "page_aligned") == 1,
+      p.stdout[:200])
 p = run("nogrow", TROVE_PURGE_DELAY_MS=60000)
 check("32 KiB blocks reused within K: superblocks of 2 blocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 2, p.stdout[:200])

@@ -507,6 +507,32 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&crowd_bar);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     free(t);
+  } else if (strcmp(mode, "colour") == 0) {
+    /* 256 blocks each of 4, 8 and 16 KiB: over how many sets of a first-level cache (64 B
+     * lines, 64 sets: address bits 6-11) their first lines fall, the fewest of the three;
+     * and whether page-aligned requests of those sizes still get pages */
+    static const size_t sizes[3] = {4096, 8192, 16384};
+    enum { NB = 256 };
+    static void *b[NB];
+    size_t fewest = 64;
+    int aligned = 1;
+    for (int s = 0; s < 3; s++) {
+      uint64_t seen = 0;
+      for (int i = 0; i < NB; i++) {
+        b[i] = trove_malloc(sizes[s]);
+        if (b[i] == NULL) return 1;
+        memset(b[i], 1, 64);
+        seen |= (uint64_t)1 << (((uintptr_t)b[i] >> 6) & 63);
+      }
+      size_t sets = (size_t)__builtin_popcountll(seen);
+      if (sets < fewest) fewest = sets;
+      for (int i = 0; i < NB; i++) trove_free(b[i]);
+      void *p = NULL;
+      if (trove_posix_memalign(&p, 4096, sizes[s]) != 0) return 1;
+      aligned = aligned && ((uintptr_t)p & 4095) == 0 && trove_malloc_usable_size(p) >= sizes[s];
+      trove_free(p);
+    }
+    printf("head_sets=%zu\npage_aligned=%d\n", fewest, aligned);
   } else if (strcmp(mode, "grow") == 0 || strcmp(mode, "nogrow") == 0) {
     /* Batches of 32 KiB blocks (2 a superblock at first), all freed: 1,024 a batch (32 MiB,
      * far past K and the heap's spare superblocks, so empty superblocks leave the heap and
