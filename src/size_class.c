@@ -30,7 +30,7 @@ uint8_t  _trove_class_aligned_only[TROVE_CLASSES], _trove_class_coloured[TROVE_C
  * under trove, tcmalloc, mimalloc 3 or snmalloc at 4, 8 and 16 KiB, 9x at 6 KiB and 2.7x at
  * 5 KiB (2 and 4 offsets in a page), level at 4.5 KiB (8); jemalloc, which starts its blocks
  * of 16 KiB and up at a random line of an extra page, as fast as glibc from 16 KiB. Tcl's
- * allocator takes its memory in chunks of 16,284 B: tclsh ran 5-9% slower under trove than
+ * allocator takes its memory in chunks of 16,284 B: tclsh ran 3-8% slower under trove than
  * under glibc with the same instructions, and glibc with those chunks page-aligned (a shim)
  * as slow as trove.
  * With the option, malloc's class for such a size is 64 B larger, so that each block's offset
@@ -40,7 +40,7 @@ uint8_t  _trove_class_aligned_only[TROVE_CLASSES], _trove_class_coloured[TROVE_C
  * of malloc's maps to it), since a page-aligned 4 KiB buffer has to start on a page. The
  * multiples of 1 KiB that are not of 4 KiB get only the larger class, except 6 KiB, which
  * coarse mode needs (2^k and 3 * 2^k, below). The loop above then runs as fast as under
- * glibc, and tclsh 5-9% faster than by default. Not the default, for what it costs in memory:
+ * glibc, and tclsh 4-10% faster than by default. Not the default, for what it costs in memory:
  * such a run holds one block fewer or takes a page more (7 blocks of 4,160 B in 32 KiB where
  * 8 of 4 KiB fit), and a block off a page boundary touches one 4 KiB page more, which stays
  * resident when the block is free and its inner pages go back (heap.c, idle free blocks):
