@@ -247,7 +247,8 @@ static TROVE_NOINLINE void *alloc_aligned(size_t align, size_t size) {
   if (size > TROVE_MAX_ALLOC || align > TROVE_MAX_ALLOC) goto enomem;
   size_t rounded = (size + align - 1) & ~(align - 1);
   if (align <= TROVE_PAGE_SIZE && rounded <= TROVE_SMALL_MAX) {
-    size_t cls = _trove_class_aligned[__builtin_ctzl(align) - 4][_trove_size_class_lookup(rounded)];
+    size_t row = (size_t)__builtin_ctzl(align) - 4;
+    size_t cls = _trove_class_aligned[row][_trove_size_class_lookup(rounded)];
     /* the class's own superblock, as the fast path takes it: malloc of the class's size
      * would take malloc's class for it, which may be another one (a class 64 B larger for a
      * multiple of 4 KiB, whose blocks are not so aligned: size_class.c) */

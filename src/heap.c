@@ -3290,7 +3290,8 @@ static TROVE_NOINLINE void *malloc_slow(trove_heap_t *h, size_t size) {
   void *p;
   bool collected = false;
   /* an aligned request's class (alloc.c), which may be one that malloc never takes */
-  size_t cls = _trove_aligned_call ? _trove_size_class_lookup(size) : _trove_size_class_plain(size);
+  size_t cls = _trove_aligned_call ? _trove_size_class_lookup(size)
+                                   : _trove_size_class_plain(size);
   do p = heap_alloc_small(h, cls, true);
   while (p == NULL && _trove_heap_release_cache(&collected));
   if (p == NULL) goto enomem;

@@ -51,9 +51,9 @@
 #define TROVE_SEGMAP_SIZE   ((size_t)1 << (TROVE_VA_BITS - TROVE_SEGMENT_SHIFT))
 
 /* Size classes: multiples of 16 up to 128 B, then 8 classes per doubling up to 64 KiB, so that
- * above 128 B a block wastes at most 1/8 of the request; malloc's classes that would be
- * multiples of 1 KiB from 4 KiB up are 64 B larger, and the multiples of 4 KiB (and 6 KiB)
- * stay for aligned requests (size_class.c, cache colour). Every block is 16-byte aligned, as
+ * above 128 B a block wastes at most 1/8 of the request (with TROVE_COLOUR=1, malloc's classes
+ * that would be multiples of 1 KiB from 4 KiB up are 64 B larger, and the multiples of 4 KiB
+ * stay for aligned requests: size_class.c, cache colour). Every block is 16-byte aligned, as
  * glibc's are: programs rely on it even where the C standard would allow 8 (SSE loads on a
  * float array of odd length), so 64-128 B keeps 16-byte steps (at most 15 bytes lost). */
 #define TROVE_SMALL_MAX     ((size_t)64 * 1024)

@@ -136,7 +136,7 @@ void _trove_size_classes_init(void) {
     while (_trove_class_size[cls] < (i == 0 ? 1 : i * 16)) cls++;
     _trove_class_direct[i] = (uint8_t)cls;
   }
-  /* above DIRECT_MAX every class size is a multiple of 128, so the sizes of a 16-byte step
+  /* above DIRECT_MAX every class size is a multiple of 64, so the sizes of a 16-byte step
    * (16(i-1), 16i] share the class of 16i: class c takes the slots from the one after the
    * previous class's size to its own size / 16 (malloc's classes: not the aligned-only) */
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) _trove_size_slot[i] = (uint8_t)i;

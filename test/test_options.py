@@ -270,12 +270,12 @@ check("more than 5 threads per CPU: the medium caches share 2 MiB per CPU",
 # page-aligned requests of those sizes still get pages
 p = run("colour")
 check("default classes: heads of 4/8/16 KiB blocks on one cache set",
-      p.returncode == 0 and value(p.stdout, "head_sets") == 1 and value(p.stdout, "page_aligned") == 1,
-      p.stdout[:200])
+      p.returncode == 0 and value(p.stdout, "head_sets") == 1
+      and value(p.stdout, "page_aligned") == 1, p.stdout[:200])
 p = run("colour", TROVE_COLOUR=1)
-check("TROVE_COLOUR=1: heads of 4/8/16 KiB blocks over at least 32 of 64 sets, aligned ones on pages",
-      p.returncode == 0 and value(p.stdout, "head_sets") >= 32 and value(p.stdout, "page_aligned") == 1,
-      p.stdout[:200])
+check("TROVE_COLOUR=1: heads of 4/8/16 KiB blocks on at least 32 of 64 sets, aligned on pages",
+      p.returncode == 0 and value(p.stdout, "head_sets") >= 32
+      and value(p.stdout, "page_aligned") == 1, p.stdout[:200])
 p = run("nogrow", TROVE_PURGE_DELAY_MS=60000)
 check("32 KiB blocks reused within K: superblocks of 2 blocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 2, p.stdout[:200])
