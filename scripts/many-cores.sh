@@ -19,6 +19,8 @@
 #       benchmark cut short by the budget leaves its progress lines (each run's value) in its
 #       .err file. Options after the budget go to bench/run (default: --threads 1,2,4,8,16
 #       --reps 3 --scale 0.3 --timeout 40); BENCHES="a b c" picks the benchmarks.
+#       Back here: `bench/run --scoreboard DIR` and `bench/run --replot DIR --cores 16` on a
+#       folder holding the benchmarks' CSV files joined as latest.csv.
 #
 # docs/BENCHMARKS.md ("16 cores") has the tables such runs gave, and how they were taken.
 set -euo pipefail
