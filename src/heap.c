@@ -1496,7 +1496,7 @@ static void mcache_unlink(trove_heap_t *h, trove_sb_t *run) {
   size_t b = mcache_bin(run->npages);
   list_remove(&h->mcache[b], run);
   if (h->mcache[b] == NULL) h->mcache_map[b / 64] &= ~((uint64_t)1 << (b % 64));
-  h->mcache_pages -= run->npages;
+  __atomic_store_n(&h->mcache_pages, h->mcache_pages - run->npages, __ATOMIC_RELAXED);   /* peeked */
 }
 
 static void mcache_trim_locked(trove_heap_t *h, uint64_t now, bool all);
@@ -1578,7 +1578,7 @@ static void mcache_put_locked(trove_heap_t *h, trove_sb_t *run, uint64_t now) {
   if (h->mcache_pages == 0) h->mcache_oldest = now;
   list_push(&h->mcache[b], run);
   h->mcache_map[b / 64] |= (uint64_t)1 << (b % 64);
-  h->mcache_pages += run->npages;
+  __atomic_store_n(&h->mcache_pages, h->mcache_pages + run->npages, __ATOMIC_RELAXED);
 }
 
 static bool mcache_fits(const trove_sb_t *run) {
@@ -1699,7 +1699,13 @@ static void mcache_trim_locked(trove_heap_t *h, uint64_t now, bool all) {
     }
   h->mcache_oldest = oldest;
 }
+/* Without the lock when the cache is empty, as most threads' caches are (their programs take
+ * no medium buffers): an exchange less on every tick of the timed work (bench/aligned --pool,
+ * 600k replacements: 122.74M -> 121.70M instructions, callgrind). The caller is the owner,
+ * or heaps_expire for a parked heap whose thread is gone: no other thread fills the cache
+ * meanwhile, a sweep (sweep_idle_caches) only empties it. */
 static void medium_cache_trim(trove_heap_t *h, bool all) {
+  if (__atomic_load_n(&h->mcache_pages, __ATOMIC_RELAXED) == 0) return;
   mc_lock(h);
   mcache_trim_locked(h, h->now_ms, all);
   mc_unlock(h);
@@ -2174,7 +2180,7 @@ static void heap_reset(trove_heap_t *h) {
   atomic_store_explicit(&h->swept_pages, 0, memory_order_relaxed);
   memset(h->mcache, 0, sizeof h->mcache);
   memset(h->mcache_map, 0, sizeof h->mcache_map);
-  h->mcache_pages = 0;
+  __atomic_store_n(&h->mcache_pages, 0, __ATOMIC_RELAXED);
   h->mquick_takes = h->mquick_frees = 0;
   memset(h->spare, 0, sizeof h->spare);
   memset(h->spare_map, 0, sizeof h->spare_map);
