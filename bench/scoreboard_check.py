@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CTest bench_scoreboard: `bench/run --scoreboard` on a made-up run whose ratios are known.
 
-Checks the orientation of each kind of metric (throughput: higher is better; time and blowup:
+Also the speedup plot's ideal line under `--replot --cores N` (check_plot_cores). Checks the
+orientation of each kind of metric (throughput: higher is better; time and blowup:
 lower is better), that a cell where trove trails names the peer that leads, the mark of a
 cell whose repetitions spread widely, the peak-RSS columns, the count of cells where trove
 leads, that a benchmark without peers gets no row, and that a run without trove is
@@ -62,12 +63,8 @@ def write(d, rows):
 
 def check_spread(failures):
     """bench/run's spread(): max / min over the repetitions that have the metric."""
-    import importlib.machinery
-    import importlib.util
     import types
-    loader = importlib.machinery.SourceFileLoader("bench_run", RUN)
-    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_run", loader))
-    loader.exec_module(mod)
+    mod = load_run()
     reps = [types.SimpleNamespace(metrics={"throughput": (v, "ops/s")}) for v in (2.0, 3.0, 2.5)]
     reps.append(types.SimpleNamespace(metrics={}))          # a repetition without the metric
     got = mod.spread(reps, "throughput")
@@ -77,9 +74,61 @@ def check_spread(failures):
         failures.append("spread of one repetition is not None")
 
 
+def load_run():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("bench_run", RUN)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_run", loader))
+    loader.exec_module(mod)
+    return mod
+
+
+class FakeAxes:
+    """Records what plot_bench draws; everything else is a no-op."""
+    def __init__(self, lines):
+        self.lines = lines
+
+    def plot(self, xs, ys, **kw):
+        self.lines.append((list(xs), list(ys), kw.get("label")))
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+class FakePlt:
+    def __init__(self):
+        self.lines = []
+
+    def subplots(self, rows, cols, **kw):
+        return FakeAxes(self.lines), [FakeAxes(self.lines) for _ in range(rows * cols)]
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def check_plot_cores(failures):
+    """The speedup panel's ideal line: min(t, cores) / min(t1, cores), with cores from
+    --cores (PLOT_CORES) when a run from a machine with more CPUs is drawn again."""
+    mod = load_run()
+    bench = next(b for b in mod.BENCHES if b.name == "larson-small")
+    tlist = [1, 2, 4, 8, 16]
+    med = {("larson-small", "trove", t): {"throughput": (100.0 * t, "ops/s"), "peak_rss": (1000, "KiB")}
+           for t in tlist}
+    for cores in (16, 2):
+        mod.PLOT_CORES = cores
+        plt = FakePlt()
+        mod.plot_bench(plt, bench, [("trove", None)], tlist, med, {}, tempfile.gettempdir())
+        ideal = [l for l in plt.lines if l[2] and l[2].startswith("ideal")]
+        want = [float(min(t, cores)) for t in tlist]
+        if len(ideal) != 1 or ideal[0][1] != want or ideal[0][2] != "ideal (%d cores)" % cores:
+            failures.append("--cores %d: ideal line %r, wanted %r labelled 'ideal (%d cores)'"
+                            % (cores, ideal, want, cores))
+
+
 def main():
     failures, out = [], ""
     check_spread(failures)
+    check_plot_cores(failures)
     with tempfile.TemporaryDirectory() as d:
         write(d, ROWS)
         r = subprocess.run([sys.executable, RUN, "--scoreboard", d], capture_output=True, text=True)
@@ -100,7 +149,7 @@ def main():
         for f in failures:
             print("FAIL: " + f)
         return 1
-    print("scoreboard: %d checks passed" % (len(EXPECT) + 4))
+    print("scoreboard: %d checks passed" % (len(EXPECT) + 6))
     return 0
 
 
