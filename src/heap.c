@@ -1505,7 +1505,8 @@ static void medium_cache_trim(trove_heap_t *h, bool all);
 /* The cache's lock. Its owner takes it for each use (uncontended: one exchange), so that the
  * timed work of another thread can give back what an idle thread keeps (sweep_idle_caches):
  * a thread that frees a burst of buffers and then waits for its next job would otherwise
- * keep the burst until its next medium call. */
+ * keep the burst until its next medium call. (The timed work's own trim looks at the count
+ * first, and takes the lock only for a cache that holds something: medium_cache_trim.) */
 static void mc_lock(trove_heap_t *h) {
   while (atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire))
     while (atomic_load_explicit(&h->mcache_lock, memory_order_relaxed)) sched_yield();
