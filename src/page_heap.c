@@ -488,29 +488,9 @@ static trove_sb_t *find_run(arena_t *a, size_t need, bool dense) {
   return NULL;
 }
 
-/* Carve [page, page+n) out of free run `run` (already out of its bin); the pieces before and
- * after go back to the bins. `every_page`: map each page of the carved run to it, as a
- * superblock needs (a free of any of its blocks looks its page up); else only its first page
- * (free, realloc and malloc_usable_size of the one block, which starts there) and its last
- * (insert_free finds the run before a freed one through its last page). A medium run's inner
- * pages may then point to a descriptor slot since freed or reused, which only a bad free
- * reads, and rejects as desc_new says. Mapping every page of medium runs cost a 1 MiB run 128
- * stores: fastpath-medium (200k pairs, 50k page-heap trips) took 125.25M instructions with
- * them, 122.68M with the ends only (callgrind). */
-static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n, bool every_page) {
-  trove_segment_t *seg = seg_of(run);
-  size_t first = run->page, total = run->npages, end = first + total;
-  bool dirty = run->dirty;
-  uint64_t at = run->freed_at;
-  /* The piece before keeps `run`'s slot; the carved run keeps it when there is none. */
-  trove_sb_t *r = run;
-  if (page > first) {
-    bin_push(a, make_free_run(seg, run, first, page - first, dirty, at));
-    r = desc_new(seg);
-    memset(r, 0, sizeof *r);
-  }
-  if (page + n < end)
-    bin_push(a, make_free_run(seg, desc_new(seg), page + n, end - page - n, dirty, at));
+/* The carved run [page, page+n) of `seg`, described by `r`. */
+TROVE_INLINE trove_sb_t *carved(arena_t *a, trove_segment_t *seg, trove_sb_t *r, size_t page,
+                                size_t n, bool dirty, bool every_page) {
   r->page = (uint16_t)page;
   r->npages = (uint16_t)n;
   r->span_bytes = (uint32_t)(n << TROVE_PAGE_SHIFT);
@@ -528,14 +508,75 @@ static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n, boo
   return r;
 }
 
-/* Carve [page, page+npages) of `run` (out of its bin) at the alignment asked for. */
-static trove_sb_t *carve(arena_t *a, trove_sb_t *run, size_t npages, size_t align_pages, int kind) {
+/* Carve [page, page+n) out of free run `run` (already out of its bin); the
+ * pieces before and after go to the bins. `every_page`: map each page of the carved run to it,
+ * as a superblock needs (a free of any of its blocks looks its page up); else only its first page
+ * (free, realloc and malloc_usable_size of the one block, which starts there) and its last
+ * (insert_free finds the run before a freed one through its last page). A medium run's inner
+ * pages may then point to a descriptor slot since freed or reused, which only a bad free
+ * reads, and rejects as desc_new says. Mapping every page of medium runs cost a 1 MiB run 128
+ * stores: fastpath-medium (200k pairs, 50k page-heap trips) took 125.25M instructions with
+ * them, 122.68M with the ends only (callgrind).
+ *
+ * split_front: a run carved from the front of a long run (the bin of runs longer than 128
+ * pages) whose rest is still that long leaves the rest where it is: it keeps its descriptor
+ * and its place in its segment's list of the bin (in page order, and the rest only starts
+ * later), and the carved run takes a new slot. Taken out and pushed back, the rest left the
+ * bin's bitmaps and joined them again (its segment's only long run, most often): about 145
+ * instructions of such a carve, as of a free that merges into such a run (insert_free). */
+static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n, bool every_page) {
+  trove_segment_t *seg = seg_of(run);
+  size_t first = run->page, total = run->npages, end = first + total;
+  bool dirty = run->dirty;
+  uint64_t at = run->freed_at;
+  /* The piece before keeps `run`'s slot; the carved run keeps it when there is none. */
+  trove_sb_t *r = run;
+  if (page > first) {
+    bin_push(a, make_free_run(seg, run, first, page - first, dirty, at));
+    r = desc_new(seg);
+    memset(r, 0, sizeof *r);
+  }
+  if (page + n < end)
+    bin_push(a, make_free_run(seg, desc_new(seg), page + n, end - page - n, dirty, at));
+  return carved(a, seg, r, page, n, dirty, every_page);
+}
+
+/* May split_front carve [page, page+n) out of `run`, in its bin? */
+static bool front_of_long(const trove_sb_t *run, size_t page, size_t n) {
+  return page == run->page && run->npages - n >= BINS - 1;
+}
+
+/* split where front_of_long holds. */
+static TROVE_NOINLINE trove_sb_t *split_front(arena_t *a, trove_sb_t *run, size_t n,
+                                              bool every_page) {
+  trove_segment_t *seg = seg_of(run);
+  size_t page = run->page, rest = run->npages - n;
+  trove_sb_t *r = desc_new(seg);
+  memset(r, 0, sizeof *r);
+  run->page = (uint16_t)(page + n);
+  run->npages = (uint16_t)rest;
+  run->span_bytes = (uint32_t)(rest << TROVE_PAGE_SHIFT);
+  run->start = (uintptr_t)seg + ((page + n) << TROVE_PAGE_SHIFT);
+  seg->pagemap[page + n] = desc_offset(seg, run);   /* its last page's entry stands */
+  if (run->dirty) count_dirty(a, -(long)n);
+  return carved(a, seg, r, page, n, run->dirty, every_page);
+}
+
+/* Carve [page, page+npages) of `run` (in its bin if `in_bin`) at the alignment asked for. */
+static trove_sb_t *carve(arena_t *a, trove_sb_t *run, size_t npages, size_t align_pages, int kind,
+                         bool in_bin) {
   size_t page = run->page;
   if (align_pages > 1) {
     uintptr_t addr = run_addr(run), al = (uintptr_t)align_pages << TROVE_PAGE_SHIFT;
     page += (((addr + al - 1) & ~(al - 1)) - addr) >> TROVE_PAGE_SHIFT;
   }
-  trove_sb_t *r = split(a, run, page, npages, kind == TROVE_SPAN_SMALL);
+  trove_sb_t *r;
+  if (in_bin && front_of_long(run, page, npages)) {
+    r = split_front(a, run, npages, kind == TROVE_SPAN_SMALL);
+  } else {
+    if (in_bin) bin_remove(a, run);
+    r = split(a, run, page, npages, kind == TROVE_SPAN_SMALL);
+  }
   r->kind = (uint8_t)kind;     /* before unlocking: a neighbour's free must not merge it */
   note_low(a);
   return r;
@@ -567,8 +608,7 @@ static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int 
     if (dirty_peek(o) < need || pthread_mutex_trylock(arena_mutex(o)) != 0) continue;
     trove_sb_t *run = find_dirty_run(o, need), *r = NULL;
     if (run) {
-      bin_remove(o, run);
-      r = carve(o, run, npages, align_pages, kind);
+      r = carve(o, run, npages, align_pages, kind, true);
     }
     pthread_mutex_unlock(arena_mutex(o));
     if (r) return r;
@@ -591,8 +631,7 @@ static trove_sb_t *steal_wait(arena_t *a, size_t npages, size_t align_pages, int
     _trove_lock(arena_mutex(o), TROVE_LOCK_PAGES);
     trove_sb_t *run = find_dirty_run(o, need);
     if (run) {
-      bin_remove(o, run);
-      r = carve(o, run, npages, align_pages, kind);
+      r = carve(o, run, npages, align_pages, kind, true);
     }
     pthread_mutex_unlock(arena_mutex(o));
   }
@@ -664,9 +703,8 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       run = make_free_run(seg, desc_new(seg), seg->first_page, seg_usable(seg), false, 0);
     }
   }
-  if (in_bin) bin_remove(a, run);
   if (!run->dirty) atomic_fetch_add_explicit(&fresh_runs, 1, memory_order_relaxed);
-  trove_sb_t *r = carve(a, run, npages, align_pages, kind);
+  trove_sb_t *r = carve(a, run, npages, align_pages, kind, in_bin);
   pthread_mutex_unlock(arena_mutex(a));
   if (new_segment) _trove_large_trim();    /* fresh memory: no large mapping kept past budget */
   return r;
@@ -699,32 +737,75 @@ static uint64_t merged_age(uint64_t at, size_t *n, const trove_sb_t *r) {
   return (at * m + r->freed_at * r->npages) / (m + r->npages);
 }
 
+/* insert_free where a free neighbour of `run` is a long run (the bin of runs longer than 128
+ * pages): that neighbour stays where it is in its bin and describes the merged run, as
+ * split_front leaves the rest of a long run (a neighbour after `run` moves its start back,
+ * past no other free run, so the bin's page order holds). False, with nothing done, where
+ * the merged run would be its whole segment (that goes to the segment cache). */
+static bool merge_in_bin(arena_t *a, trove_segment_t *seg, trove_sb_t *run, trove_sb_t *left,
+                         trove_sb_t *right, bool dirty, uint64_t at) {
+  size_t first = run->page, n = run->npages, nd = dirty ? n : 0;
+  size_t total = n + (left ? left->npages : 0) + (right ? right->npages : 0);
+  if (total == seg_usable(seg)) return false;
+  trove_sb_t *keep = left && left->npages >= BINS - 1 ? left : right;
+  size_t kept_dirty = keep->dirty ? keep->npages : 0;
+  if (left) {
+    if (left != keep) bin_remove(a, left);
+    at = merged_age(at, &nd, left);
+    dirty |= left->dirty;
+    first = left->page;
+  }
+  if (right) {
+    if (right != keep) {
+      bin_remove(a, right);
+      desc_free(seg, right);
+    }
+    at = merged_age(at, &nd, right);
+    dirty |= right->dirty;
+  }
+  desc_free(seg, run);
+  if (left && left != keep) desc_free(seg, left);
+  trove_sb_t *prev = keep->prev, *next = keep->next;
+  make_free_run(seg, keep, first, total, dirty, at);
+  keep->prev = prev;
+  keep->next = next;
+  long grew = (long)(dirty ? total : 0) - (long)kept_dirty;
+  if (grew) count_dirty(a, grew);
+  return true;
+}
+
 /* Insert `run`, now free, of `seg`, merged with free neighbours (lock held): the merged run
- * keeps the slot of the one first in it, the others' slots are freed. */
+ * keeps the slot of the one first in it, the others' slots are freed (but see merge_in_bin). */
 static void insert_free(arena_t *a, trove_segment_t *seg, trove_sb_t *run, bool dirty,
                         uint64_t at) {
   size_t first = run->page, n = run->npages, nd = dirty ? n : 0;   /* nd: dirty pages */
-  if (first > seg->first_page) {                      /* coalesce with the run before */
-    trove_sb_t *left = _trove_seg_run(seg, first - 1);   /* its last page */
-    if (left->kind == TROVE_SPAN_FREE) {
-      bin_remove(a, left);
-      at = merged_age(at, &nd, left);
-      dirty |= left->dirty;
-      n += first - left->page;
-      first = left->page;
-      desc_free(seg, run);
-      run = left;
-    }
+  trove_sb_t *left = NULL, *right = NULL;
+  if (first > seg->first_page) {                      /* the run before, by its last page */
+    left = _trove_seg_run(seg, first - 1);
+    if (left->kind != TROVE_SPAN_FREE) left = NULL;
   }
-  if (first + n < TROVE_SEGMENT_PAGES) {               /* and with the run after */
-    trove_sb_t *right = _trove_seg_run(seg, first + n);
-    if (right->kind == TROVE_SPAN_FREE) {
-      bin_remove(a, right);
-      at = merged_age(at, &nd, right);
-      dirty |= right->dirty;
-      n += right->npages;
-      desc_free(seg, right);
-    }
+  if (first + n < TROVE_SEGMENT_PAGES) {               /* and the run after */
+    right = _trove_seg_run(seg, first + n);
+    if (right->kind != TROVE_SPAN_FREE) right = NULL;
+  }
+  if (((left && left->npages >= BINS - 1) || (right && right->npages >= BINS - 1)) &&
+      merge_in_bin(a, seg, run, left, right, dirty, at))
+    return;
+  if (left) {                                          /* coalesce with the run before */
+    bin_remove(a, left);
+    at = merged_age(at, &nd, left);
+    dirty |= left->dirty;
+    n += first - left->page;
+    first = left->page;
+    desc_free(seg, run);
+    run = left;
+  }
+  if (right) {                                         /* and with the run after */
+    bin_remove(a, right);
+    at = merged_age(at, &nd, right);
+    dirty |= right->dirty;
+    n += right->npages;
+    desc_free(seg, right);
   }
   make_free_run(seg, run, first, n, dirty, at);
   if (n == seg_usable(seg)) cache_put(a, seg, at);
@@ -927,8 +1008,13 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
     trove_sb_t *right = _trove_seg_run(seg, end);
     size_t extra = npages - run->npages;
     if (right->kind == TROVE_SPAN_FREE && right->npages >= extra) {
-      bin_remove(a, right);
-      trove_sb_t *piece = split(a, right, end, extra, false);
+      trove_sb_t *piece;
+      if (front_of_long(right, end, extra)) {
+        piece = split_front(a, right, extra, false);
+      } else {
+        bin_remove(a, right);
+        piece = split(a, right, end, extra, false);
+      }
       note_low(a);
       run->npages = (uint16_t)npages;
       run->span_bytes = (uint32_t)(npages << TROVE_PAGE_SHIFT);
