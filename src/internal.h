@@ -403,6 +403,8 @@ typedef struct trove_heap_s {
   uint64_t mbatch;                         /* mmalloc_streak when its last batch of frees began */
   uint32_t mquick_takes, mquick_frees;     /* medium mallocs / frees left to the quick paths
                                               before one takes the slow path (heap.c) */
+  size_t mquick_extra;                     /* pages past the fixed part the quick frees may
+                                              cache, till the next medium malloc (heap.c) */
   uint64_t fresh_seen;                     /* _trove_pages_fresh() as of its last look, plus
                                               the fresh runs it took itself since */
   uint64_t fresh_others_ms;                /* when it last saw that other threads took some */
