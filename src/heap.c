@@ -1552,7 +1552,7 @@ static void mcache_shrink(trove_heap_t *h, size_t keep, uint64_t now) {
  * from the next medium malloc, or once another thread takes fresh pages, when the cap may
  * fall). (With the fixed part alone, a thread that freed a burst past it, as one that frees
  * the buffers it queued for itself, took the slow path at every free: handoff-medium at one
- * thread, 60.0M -> 49.6M instructions.) The next call of each kind, and any that
+ * thread, 60.0M -> 50.5M instructions.) The next call of each kind, and any that
  * does not fit, takes the slow path, which does the chores and resets its count: that bounds
  * how many calls the chores wait for (as TROVE_BEAT does for small frees), and the age trim
  * comes within MQUICK_PERIOD frees. (Counted together, a thread that mallocs and frees in turn
