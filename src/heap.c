@@ -402,7 +402,7 @@ static void sb_release_to(trove_sb_t *sb, bool reclaim, trove_heap_t *keeper) {
                                (uint64_t)1 << (sb->cls % 64), memory_order_relaxed);
     atomic_fetch_add_explicit(&pool_empty_pages, sb->npages, memory_order_relaxed);
   }
-  pthread_mutex_unlock(&pool->lock);
+  _trove_mutex_unlock(&pool->lock);
 }
 static void sb_release(trove_sb_t *sb, bool reclaim) { sb_release_to(sb, reclaim, NULL); }
 
@@ -438,7 +438,7 @@ static TROVE_NOINLINE void pool_flush_empties(void) {
           next = sb->next;
           if (sb->pool_empty) pool_take_empty(s, sb, &empty);
         }
-        pthread_mutex_unlock(&pool->lock);
+        _trove_mutex_unlock(&pool->lock);
       }
   empties_to_page_heap(empty);
 }
@@ -461,7 +461,7 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
   }
   bool empty = false;
   size_t shard = pool_shard_of(sb);
-  pthread_mutex_t *lock = &_trove_pool_at(shard, sb->cls)->lock;
+  trove_mutex_t *lock = &_trove_pool_at(shard, sb->cls)->lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
   push_block(&sb->thread_free, b);
   /* The owner first: once a heap has adopted the superblock (under this lock), its state is
@@ -473,7 +473,7 @@ static void pool_free_block(trove_sb_t *sb, trove_block_t *b) {
       empty = true;
     }
   }
-  pthread_mutex_unlock(lock);
+  _trove_mutex_unlock(lock);
   if (empty) sb_to_page_heap(sb);
 }
 
@@ -540,7 +540,7 @@ static trove_sb_t *pool_adopt(trove_heap_t *h, size_t shard, size_t cls) {
     sb->pool_full = 1;
   }
   pool_avail_changed(shard, cls);
-  pthread_mutex_unlock(&pool->lock);
+  _trove_mutex_unlock(&pool->lock);
   if (found) h->c.adopted++;
   return found;
 }
@@ -590,7 +590,7 @@ void _trove_pool_sweep(void) {
         pool_take_empty(s, sb, &empty);
       }
     }
-    pthread_mutex_unlock(&pool->lock);
+    _trove_mutex_unlock(&pool->lock);
   }
   empties_to_page_heap(empty);
   /* The queues are taken under the heaps lock and routed after it. A block of an abandoned
@@ -603,7 +603,7 @@ void _trove_pool_sweep(void) {
    * the thread exited.) */
   trove_block_t *taken = NULL;
   bool heapless = _trove_tls_heap == &_trove_heap_empty;
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     /* parked heaps keep their queue for the next owner; one whose thread vanished in a fork
      * (`alive` from the parent, or `orphan`) is never walked */
@@ -622,7 +622,7 @@ void _trove_pool_sweep(void) {
       taken = b;
     }
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   for (trove_block_t *b = taken, *next; b; b = next) {
     next = b->next;
     uintptr_t a = (uintptr_t)b;
@@ -877,7 +877,7 @@ static void pool_purge(uint64_t now, bool all) {
       _trove_lock(&pool->lock, TROVE_LOCK_POOL);
       for (trove_sb_t *sb = pool->avail; sb && budget; sb = sb->next, budget--)
         if (!sb->pool_empty && _trove_sb_used(sb) > 0) idle_blocks_purge(sb, now, all);
-      pthread_mutex_unlock(&pool->lock);
+      _trove_mutex_unlock(&pool->lock);
     }
   }
 }
@@ -1908,7 +1908,7 @@ static void give_back_others(trove_heap_t *h) {
   size_t keep = mcache_fixed();
   uint64_t now = _trove_os_now_ms(), idle = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 32;
   uint32_t unfit = atomic_load_explicit(&unfit_calls, memory_order_relaxed);
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *o = _trove_heaps_all; o; o = o->next_all) {
     if (o == h || !o->alive || o->shared || o->orphan || o->fork_gen != _trove_fork_gen ||
         (now - atomic_load_explicit(&o->medium_ms, memory_order_relaxed) < idle &&
@@ -1918,7 +1918,7 @@ static void give_back_others(trove_heap_t *h) {
     mcache_shrink(o, keep, now);
     mc_unlock(o);
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
 }
 
 /* A free into a superblock that an exiting thread abandoned: the freeing thread adopts it, so
@@ -1929,7 +1929,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
   if (h == &_trove_heap_empty && (h = thread_heap_init(NULL)) == NULL) return false;
   bool adopted = false;
   size_t shard = pool_shard_of(sb);
-  pthread_mutex_t *lock = &_trove_pool_at(shard, sb->cls)->lock;
+  trove_mutex_t *lock = &_trove_pool_at(shard, sb->cls)->lock;
   _trove_lock(lock, TROVE_LOCK_POOL);
   /* The owner first: once a heap has adopted it, its state is that heap's to write. */
   if (atomic_load_explicit(&sb->heap, memory_order_relaxed) == NULL &&
@@ -1942,7 +1942,7 @@ static bool reclaim_on_free(trove_sb_t *sb, trove_block_t *b) {
     sb->state = TROVE_SB_FULL;             /* the local free below files it where it belongs */
     adopted = true;
   }
-  pthread_mutex_unlock(lock);
+  _trove_mutex_unlock(lock);
   if (!adopted) return false;
   h->c.adopted++;
   _trove_sb_set_trigger(sb, (int32_t)sb->capacity + 1);
@@ -2216,12 +2216,12 @@ static void unpark_pages(trove_heap_t *h) {
 /* A heap for a new thread: `want` if it is still parked (NULL if not), else the most recently
  * freed heap, else a new one. */
 static trove_heap_t *heap_acquire(trove_heap_t *want) {
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   trove_heap_t **pp = &heaps_free;
   if (want) {
     while (*pp && *pp != want) pp = &(*pp)->next_free;
     if (*pp == NULL || parked_since(want) == 0) {
-      pthread_mutex_unlock(&_trove_locks.heaps);
+      _trove_mutex_unlock(&_trove_locks.heaps);
       return NULL;
     }
   }
@@ -2241,7 +2241,7 @@ static trove_heap_t *heap_acquire(trove_heap_t *want) {
     atomic_fetch_add_explicit(&heaps_alive, 1, memory_order_relaxed);
     h->now_ms = h->born_ms = _trove_os_now_ms();
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   return h;
 }
 
@@ -2368,7 +2368,7 @@ void _trove_heap_thread_done(void *arg) {
     heap_abandon(h);                       /* parked empty: a successor starts afresh */
   }
   uint32_t pages = worker ? 0 : heap_pages(h);
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   h->alive = false;
   uint32_t left = atomic_fetch_sub_explicit(&heaps_alive, 1, memory_order_relaxed) - 1;
   set_parked(h, now ? now : 1);
@@ -2376,18 +2376,18 @@ void _trove_heap_thread_done(void *arg) {
   atomic_fetch_add_explicit(&parked_pages_total, pages, memory_order_relaxed);
   h->next_free = heaps_free;
   heaps_free = h;
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   if (worker && left <= 1) {
     /* One such clean-up at a time: with two threads ending together, their sweeps and
      * purges interleaved (each takes runs off the bins while it purges them) and now and
      * then left whole free segments dirty: test_options' `workers` probe kept 4-12 MiB in
      * about 1 run in 8 under load, none in 40 with the lock. */
-    pthread_mutex_lock(&_trove_locks.serial);
+    _trove_mutex_lock(&_trove_locks.serial);
     _trove_pool_sweep();
     heaps_expire(true);
     _trove_pages_purge(true);
     _trove_large_purge(false);
-    pthread_mutex_unlock(&_trove_locks.serial);
+    _trove_mutex_unlock(&_trove_locks.serial);
   } else if (!worker) {
     _trove_background_poke();
   }
@@ -2399,7 +2399,7 @@ void _trove_heap_thread_done(void *arg) {
 static void heaps_expire(bool all) {
   uint64_t now = _trove_os_now_ms(), delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   trove_heap_t *list = NULL;
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t **pp = &heaps_free, *h; (h = *pp) != NULL;) {
     if (parked_since(h) && (all || now - parked_since(h) >= delay)) {
       *pp = h->next_free;
@@ -2411,21 +2411,21 @@ static void heaps_expire(bool all) {
       pp = &h->next_free;
     }
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   if (list == NULL) return;
   for (trove_heap_t *h = list; h; h = h->next_free) {
     h->now_ms = now;
     heap_abandon(h);
     set_parked(h, 0);
   }
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = list, *next; h; h = next) {
     next = h->next_free;
     h->expiring = false;
     h->next_free = heaps_free;
     heaps_free = h;
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
 }
 
 /* In the child of fork only the forking thread lives. The other threads' heaps may have been
@@ -2438,7 +2438,8 @@ static void heaps_expire(bool all) {
  * the current generation (_trove_heap_live); the forking thread's heap moves to the new one. */
 uint64_t _trove_fork_gen;
 
-static pthread_mutex_t background_pass, background_lock;
+static trove_mutex_t background_pass;
+static pthread_mutex_t background_lock;
 static bool background_live, background_wake_made;
 void _trove_heaps_fork_child(void) {
   uint32_t alive = 0;
@@ -2446,7 +2447,7 @@ void _trove_heaps_fork_child(void) {
   /* A background thread that a program thread started after fork()'s first step, mid-pass or
    * starting: the child has none. */
   _trove_lock_reset(&background_pass);
-  _trove_lock_reset(&background_lock);
+  background_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
   background_live = false;
   background_wake_made = false;              /* its waiter's state is the parent's */
   shared_fork_child();
@@ -2567,9 +2568,9 @@ static _Atomic uint64_t background_gen;    /* _trove_fork_gen + 1 of the process
  * without the pools' locks (over 64 at once, more than ThreadSanitizer follows), a snapshot of
  * a moment when the program's threads leave them alone; the passes, which the program cannot
  * hold off, wait for it instead. */
-static pthread_mutex_t background_pass = PTHREAD_MUTEX_INITIALIZER;
-void _trove_background_hold(void) { pthread_mutex_lock(&background_pass); }
-void _trove_background_release(void) { pthread_mutex_unlock(&background_pass); }
+static trove_mutex_t background_pass = TROVE_MUTEX_INIT;
+void _trove_background_hold(void) { _trove_mutex_lock(&background_pass); }
+void _trove_background_release(void) { _trove_mutex_unlock(&background_pass); }
 
 /* The running thread, for fork() to stop (below). Under background_lock: `background_live`
  * (a thread that fork() must join is running), `background_stop` (fork() asks it to end);
@@ -2593,9 +2594,9 @@ static void *background_main(void *arg) {
     if (_trove_os_wait_ms(&background_wake, &background_lock, &background_stop, wait))
       break;                                 /* fork() joins it */
     pthread_mutex_unlock(&background_lock);
-    pthread_mutex_lock(&background_pass);
+    _trove_mutex_lock(&background_pass);
     _trove_heap_maybe_purge(&_trove_heap_empty);   /* never takes a heap: it allocates nothing */
-    pthread_mutex_unlock(&background_pass);
+    _trove_mutex_unlock(&background_pass);
     size_t calls = atomic_load_explicit(&_trove_os_purge_calls, memory_order_relaxed);
     pthread_mutex_lock(&background_lock);
     if (!background_stop && calls == seen && wait == 8 * half &&
@@ -2678,7 +2679,7 @@ void _trove_background_fork_prepare(void) {
 static void sweep_idle_queues(bool all) {
   uint64_t now = _trove_os_now_ms(), wait = (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 8;
   trove_block_t *runs = NULL;
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (!h->alive || h->shared || h->orphan || h->fork_gen != _trove_fork_gen ||
         (atomic_load_explicit(&h->remote_pending, memory_order_relaxed) & REMOTE_MEDIUM) == 0)
@@ -2696,7 +2697,7 @@ static void sweep_idle_queues(bool all) {
       }
     }
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   for (trove_block_t *b = runs, *next; b; b = next) {
     next = b->next;
     uintptr_t a = (uintptr_t)b;
@@ -2725,7 +2726,7 @@ static void sweep_idle_queues(bool all) {
 static void sweep_idle_caches(bool all) {
   uint64_t now = _trove_os_now_ms();
   trove_sb_t *due = NULL;
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     if (!h->alive || h->shared || h->orphan || h->fork_gen != _trove_fork_gen) continue;
     if (!mc_trylock(h)) continue;
@@ -2735,7 +2736,7 @@ static void sweep_idle_caches(bool all) {
     if (pages) atomic_fetch_add_explicit(&h->swept_pages, pages, memory_order_relaxed);
     mc_unlock(h);
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   /* to the page heap as free since they emptied, as spares go (spare_release) */
   for (trove_sb_t *next; due; due = next) {
     next = due->next;
@@ -2795,7 +2796,7 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
 #define SHARED_MAX 64
 #define SHARED_MIN_SIZE 256      /* classes above this are shared when threads crowd the CPUs */
 typedef struct {
-  pthread_mutex_t lock;
+  trove_mutex_t lock;
   trove_heap_t *_Atomic heap;    /* set once, under _trove_locks.heaps, after `lock` is made */
   bool broken;                   /* a fork's child: it was not locked across the fork */
 } __attribute__((aligned(TROVE_CACHE_LINE))) trove_shared_t;
@@ -2823,7 +2824,7 @@ static void *heap_alloc_small(trove_heap_t *h, size_t cls, bool share);
 static trove_shared_t *shared_get(size_t i) {
   trove_shared_t *sh = &shared[i];
   if (atomic_load_explicit(&sh->heap, memory_order_acquire) != NULL) return sh;
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   if (atomic_load_explicit(&sh->heap, memory_order_relaxed) == NULL) {
     trove_heap_t *h = heap_new_locked();
     if (h != NULL) {
@@ -2833,11 +2834,11 @@ static trove_shared_t *shared_get(size_t i) {
       _trove_pages_arena_init(&h->arena, (uint32_t)i + 1);
       pool_shard_mark(h);
       h->now_ms = h->born_ms = _trove_os_now_ms();
-      pthread_mutex_init(&sh->lock, NULL);
+      _trove_mutex_init(&sh->lock);
       atomic_store_explicit(&sh->heap, h, memory_order_release);
     }
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   return atomic_load_explicit(&sh->heap, memory_order_acquire) ? sh : NULL;
 }
 
@@ -2858,11 +2859,11 @@ static void *shared_malloc(trove_heap_t *h, size_t cls, bool *served) {
   if (!*served) return NULL;
   /* Busy (its holder may be descheduled: threads outnumber CPUs here): another one that is
    * free, as glibc's arenas do; else wait for the thread's own. */
-  if (pthread_mutex_trylock(&sh->lock) != 0) {
+  if (_trove_mutex_trylock(&sh->lock) != 0) {
     trove_shared_t *got = NULL;
     for (size_t k = 1; k < n && got == NULL; k++) {
       trove_shared_t *o = shared_get((home + k) % n);
-      if (o != NULL && !o->broken && pthread_mutex_trylock(&o->lock) == 0) got = o;
+      if (o != NULL && !o->broken && _trove_mutex_trylock(&o->lock) == 0) got = o;
     }
     if (got) sh = got;
     else _trove_lock(&sh->lock, TROVE_LOCK_POOL);
@@ -2872,7 +2873,7 @@ static void *shared_malloc(trove_heap_t *h, size_t cls, bool *served) {
   s->c.slow_mallocs++;
   drain_remote(s);
   void *p = heap_alloc_small(s, cls, false);
-  pthread_mutex_unlock(&sh->lock);
+  _trove_mutex_unlock(&sh->lock);
   return p;
 }
 
@@ -2884,13 +2885,13 @@ static void shared_tend(bool all) {
   for (size_t i = 0; i < SHARED_MAX; i++) {
     trove_shared_t *sh = &shared[i];
     trove_heap_t *s = atomic_load_explicit(&sh->heap, memory_order_acquire);
-    if (s == NULL || sh->broken || pthread_mutex_trylock(&sh->lock) != 0) continue;
+    if (s == NULL || sh->broken || _trove_mutex_trylock(&sh->lock) != 0) continue;
     s->now_ms = now;
     drain_remote(s);
     sparse_trim(s, all);
     cur_trim(s, now, all);
     lists_purge(s, now, all);
-    pthread_mutex_unlock(&sh->lock);
+    _trove_mutex_unlock(&sh->lock);
   }
 }
 
@@ -2900,14 +2901,14 @@ void _trove_shared_fork_prepare(void) {
   if (shared_forked) shared_forked = 0;
   for (size_t i = 0; i < SHARED_MAX; i++)
     if (atomic_load_explicit(&shared[i].heap, memory_order_acquire) != NULL) {
-      pthread_mutex_lock(&shared[i].lock);
+      _trove_mutex_lock(&shared[i].lock);
       shared_forked |= (uint64_t)1 << i;
     }
 }
 void _trove_shared_fork_parent(void) TROVE_HIDDEN;
 void _trove_shared_fork_parent(void) {
   for (size_t i = SHARED_MAX; i-- > 0;)
-    if (shared_forked & ((uint64_t)1 << i)) pthread_mutex_unlock(&shared[i].lock);
+    if (shared_forked & ((uint64_t)1 << i)) _trove_mutex_unlock(&shared[i].lock);
 }
 /* In the child a shared heap made while the fork was being prepared may have been in use by a
  * thread that no longer exists: it is not used again (its blocks stay valid). */

@@ -57,24 +57,32 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-void _trove_lock_wait(pthread_mutex_t *m) {
+/* The lock is held: sleep until it is ours. Whoever takes it here marks it 2, so that its
+ * unlock wakes the next sleeper, if any (one may have left since: a wake for nobody). */
+void _trove_mutex_wait(trove_mutex_t *m) {
+  while (atomic_exchange_explicit(&m->word, 2, memory_order_acquire) != 0)
+    _trove_os_futex_wait(&m->word, 2);
+}
+
+void _trove_lock_wait(trove_mutex_t *m) {
   for (int i = 0; i < 64; i++) {
     for (int k = 0; k < 8; k++) cpu_relax();
-    if (pthread_mutex_trylock(m) == 0) return;
+    if (atomic_load_explicit(&m->word, memory_order_relaxed) == 0 && _trove_mutex_trylock(m) == 0)
+      return;
   }
-  pthread_mutex_lock(m);
+  _trove_mutex_wait(m);
 }
 
 /* ------------------------------------------------------------------ fork */
 trove_locks_t _trove_locks __attribute__((aligned(4096))) = {
-  .pool0 = {[0 ... TROVE_CLASSES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}},
+  .pool0 = {[0 ... TROVE_CLASSES - 1] = {.lock = TROVE_MUTEX_INIT}},
   .pool_more = {[0 ... TROVE_POOL_SHARDS_MAX - 2] = {[0 ... TROVE_CLASSES - 1] =
-                                                         {.lock = PTHREAD_MUTEX_INITIALIZER}}},
-  .heaps = PTHREAD_MUTEX_INITIALIZER,
-  .large = PTHREAD_MUTEX_INITIALIZER,
-  .segment_cache = PTHREAD_MUTEX_INITIALIZER,
-  .segment = PTHREAD_MUTEX_INITIALIZER,
-  .serial = PTHREAD_MUTEX_INITIALIZER,
+                                                         {.lock = TROVE_MUTEX_INIT}}},
+  .heaps = TROVE_MUTEX_INIT,
+  .large = TROVE_MUTEX_INIT,
+  .segment_cache = TROVE_MUTEX_INIT,
+  .segment = TROVE_MUTEX_INIT,
+  .serial = TROVE_MUTEX_INIT,
 };
 _Static_assert(offsetof(trove_locks_t, arena[26]) <= 2 * 4096, "26 arenas: two pages");
 
@@ -84,21 +92,21 @@ static void fork_prepare(void) {
   _trove_background_fork_prepare();  /* first: its passes take the locks below */
   _trove_heap_flush_remote();        /* blocks of the parent's other heaps: not the child's */
   _trove_shared_fork_prepare();      /* before the others: taken first in heap.c too */
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (size_t s = 0; s < _trove_pool_shards; s++)
     if (_trove_pool_shard_in_use(s))
-      for (size_t c = 1; c < TROVE_CLASSES; c++) pthread_mutex_lock(&_trove_pool_at(s, c)->lock);
+      for (size_t c = 1; c < TROVE_CLASSES; c++) _trove_mutex_lock(&_trove_pool_at(s, c)->lock);
   _trove_pages_lock_all();
-  pthread_mutex_lock(&_trove_locks.large);
+  _trove_mutex_lock(&_trove_locks.large);
 }
 
 static void fork_parent(void) {
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   _trove_pages_unlock_all();
   for (size_t s = _trove_pool_shards; s-- > 0;)
     if (_trove_pool_shard_in_use(s))
-      for (size_t c = TROVE_CLASSES; --c > 0;) pthread_mutex_unlock(&_trove_pool_at(s, c)->lock);
-  pthread_mutex_unlock(&_trove_locks.heaps);
+      for (size_t c = TROVE_CLASSES; --c > 0;) _trove_mutex_unlock(&_trove_pool_at(s, c)->lock);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   _trove_shared_fork_parent();
 }
 

@@ -471,13 +471,43 @@ bool _trove_heap_release_cache(bool *collected) TROVE_HIDDEN;
 void _trove_heaps_fork_child(void) TROVE_HIDDEN;
 void _trove_pool_sweep(void) TROVE_HIDDEN;
 void _trove_heap_maybe_purge(trove_heap_t *h) TROVE_HIDDEN;
+/* trove's lock (every one but the background thread's, which waits on a condition variable):
+ * a futex word, 0 free, 1 held, 2 held and a thread may sleep on it. Taking it is one
+ * compare-and-swap inline and giving it back one exchange, which wakes a sleeper only if the
+ * word said 2. A thread that finds it held sleeps in the kernel at once (_trove_mutex_wait)
+ * as with glibc's mutex; the pool and page heap locks spin a while first (_trove_lock). It
+ * replaces glibc's mutex, whose trylock and unlock took about 58 instructions a pair (calls
+ * through the PLT, checks of the mutex's kind and owner): 5.8% of a medium malloc/free
+ * loop's instructions (docs/BENCHMARKS.md, "Fifty-eighth session"). Not recursive; any thread
+ * may give it back. The trylock returns 0 when it took the lock, as pthread_mutex_trylock. */
+typedef struct {
+  _Atomic uint32_t word;
+} trove_mutex_t;
+#define TROVE_MUTEX_INIT {0}
+void _trove_mutex_wait(trove_mutex_t *m) TROVE_HIDDEN;   /* init.c: sleep until it is ours */
+void _trove_os_futex_wait(_Atomic uint32_t *word, uint32_t value) TROVE_HIDDEN;   /* os.c */
+void _trove_os_futex_wake(_Atomic uint32_t *word) TROVE_HIDDEN;                   /* os.c: one */
+TROVE_INLINE int _trove_mutex_trylock(trove_mutex_t *m) {
+  uint32_t free_word = 0;
+  return atomic_compare_exchange_strong_explicit(&m->word, &free_word, 1, memory_order_acquire,
+                                                 memory_order_relaxed) ? 0 : 1;
+}
+TROVE_INLINE void _trove_mutex_lock(trove_mutex_t *m) {
+  if (_trove_mutex_trylock(m) != 0) _trove_mutex_wait(m);
+}
+TROVE_INLINE void _trove_mutex_unlock(trove_mutex_t *m) {
+  if (atomic_exchange_explicit(&m->word, 0, memory_order_release) == 2)
+    _trove_os_futex_wake(&m->word);
+}
+TROVE_INLINE void _trove_mutex_init(trove_mutex_t *m) { atomic_init(&m->word, 0); }
+
 /* The shared pool of one size class (Hoard's global heap): superblocks owned by no heap. One
  * lock per class, each on its own cache line: with one lock for all classes, 16 threads of
  * bench/stability on 16 cores waited 7.4 s in all on it in a 2 s run. And one such pool per
  * shard (heap.c, pool_shard_of): a superblock goes to the shard of its segment's page heap
  * arena, and a heap looks in its own arena's shard first, then in the others. */
 typedef struct trove_pool_s {
-  pthread_mutex_t lock;
+  trove_mutex_t lock;
   trove_sb_t *avail;           /* superblocks that may have a free block */
   trove_sb_t *full;            /* found without one by an adoption; out of the way until swept */
   uint32_t sweeps;
@@ -500,17 +530,17 @@ enum { TROVE_LOCK_POOL, TROVE_LOCK_PAGES };
  * a fork of a small single-threaded process cost 14 faults more than with glibc (32 against
  * 18; 97 us against 60 a fork and wait). */
 typedef struct {
-  pthread_mutex_t heaps __attribute__((aligned(TROVE_CACHE_LINE)));   /* _trove_heaps_all */
-  pthread_mutex_t large __attribute__((aligned(TROVE_CACHE_LINE)));   /* large.c */
-  pthread_mutex_t segment_cache __attribute__((aligned(TROVE_CACHE_LINE))); /* page_heap.c */
-  pthread_mutex_t segment __attribute__((aligned(TROVE_CACHE_LINE)));      /* segment.c */
-  pthread_mutex_t serial __attribute__((aligned(TROVE_CACHE_LINE)));   /* heap.c, thread exit */
+  trove_mutex_t heaps __attribute__((aligned(TROVE_CACHE_LINE)));   /* _trove_heaps_all */
+  trove_mutex_t large __attribute__((aligned(TROVE_CACHE_LINE)));   /* large.c */
+  trove_mutex_t segment_cache __attribute__((aligned(TROVE_CACHE_LINE))); /* page_heap.c */
+  trove_mutex_t segment __attribute__((aligned(TROVE_CACHE_LINE)));      /* segment.c */
+  trove_mutex_t serial __attribute__((aligned(TROVE_CACHE_LINE)));   /* heap.c, thread exit */
   /* heap.c's pools, one lock per class and shard, each on its own line: shard 0, then (after
    * the arenas' locks, so that a process with a few threads and CPUs writes two pages) the
    * others, up to _trove_pool_shards; see _trove_pool_at */
   trove_pool_t pool0[TROVE_CLASSES];
   /* page_heap.c's arenas', in use up to its `narenas` (26 fit the second page) */
-  struct { pthread_mutex_t m; } __attribute__((aligned(TROVE_CACHE_LINE))) arena[TROVE_ARENAS_MAX];
+  struct { trove_mutex_t m; } __attribute__((aligned(TROVE_CACHE_LINE))) arena[TROVE_ARENAS_MAX];
   trove_pool_t pool_more[TROVE_POOL_SHARDS_MAX - 1][TROVE_CLASSES];
 } trove_locks_t;
 extern uint32_t _trove_pool_shards;
@@ -521,8 +551,8 @@ extern _Atomic uint8_t _trove_pool_shard_used[TROVE_POOL_SHARDS_MAX];
 extern trove_locks_t _trove_locks;
 /* A fork's child makes the locks its parent held anew by assignment: no call into libc, whose
  * code pages the child would fault in first. */
-static inline void _trove_lock_reset(pthread_mutex_t *m) {
-  *m = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+static inline void _trove_lock_reset(trove_mutex_t *m) {
+  atomic_store_explicit(&m->word, 0, memory_order_relaxed);
 }
 extern _Atomic size_t _trove_lock_waits[2];
 TROVE_INLINE trove_pool_t *_trove_pool_at(size_t shard, size_t cls) {
@@ -531,9 +561,9 @@ TROVE_INLINE trove_pool_t *_trove_pool_at(size_t shard, size_t cls) {
 TROVE_INLINE bool _trove_pool_shard_in_use(size_t shard) {
   return atomic_load_explicit(&_trove_pool_shard_used[shard], memory_order_relaxed) != 0;
 }
-void _trove_lock_wait(pthread_mutex_t *m) TROVE_HIDDEN;   /* init.c: spin a while, then block */
-static inline void _trove_lock(pthread_mutex_t *m, int which) {
-  if (pthread_mutex_trylock(m) == 0) return;
+void _trove_lock_wait(trove_mutex_t *m) TROVE_HIDDEN;   /* init.c: spin a while, then sleep */
+static inline void _trove_lock(trove_mutex_t *m, int which) {
+  if (_trove_mutex_trylock(m) == 0) return;
   atomic_fetch_add_explicit(&_trove_lock_waits[which], 1, memory_order_relaxed);
   _trove_lock_wait(m);
 }

@@ -51,7 +51,7 @@ static size_t reserve_for(size_t map_size) {
  * finds it taken spins a while before it sleeps: one thread handing 1-4 MiB buffers to
  * another made 663 futex calls in 20,000 handoffs with a plain lock, 11 with this. */
 static void large_lock(void) {
-  if (pthread_mutex_trylock(&_trove_locks.large) != 0) _trove_lock_wait(&_trove_locks.large);
+  if (_trove_mutex_trylock(&_trove_locks.large) != 0) _trove_lock_wait(&_trove_locks.large);
 }
 static trove_large_t *resize_mapping(trove_large_t *l, size_t map_size);
 static trove_large_t *excess_take(void);
@@ -237,7 +237,7 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   size_t fault = l == NULL || l->resident == 0 ? want : want > l->map_size ? want - l->map_size : 0;
   if (fault && atomic_load_explicit(&excess_since, memory_order_relaxed) != 0)
     purge = excess_take();
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   excess_purge(purge);
   if (fault) _trove_heap_yield(fault);     /* and the empty segments small blocks left */
   if (l) {
@@ -301,7 +301,7 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   _trove_large_live_count++;
   _trove_large_live_bytes += l->usable;
   live_excess += excess_of(l);
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   return (void *)l->user;
 }
 
@@ -349,12 +349,12 @@ void _trove_large_free(trove_large_t *l) {
       }
       if ((l->freed_at | 1) - since >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS)) purge = excess_take();
     }
-    pthread_mutex_unlock(&_trove_locks.large);
+    _trove_mutex_unlock(&_trove_locks.large);
     excess_purge(purge);
     _trove_background_poke();                /* a quiet process would keep the cache resident */
     return;
   }
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   large_unmap(l, l->map_size);
 }
 
@@ -396,7 +396,7 @@ static void excess_purge(trove_large_t *list) {
     }
     cache_add(l);
   }
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   for (trove_large_t *l = drop, *next; l; l = next) {
     next = l->next;
     large_unmap(l, l->resident ? l->resident : pg);
@@ -426,7 +426,7 @@ void _trove_large_trim(void) {
       }
     }
   }
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   excess_purge(purge);
 }
 
@@ -447,7 +447,7 @@ void _trove_large_purge(bool all) {
     atomic_store_explicit(&excess_since, 0, memory_order_relaxed);
   else if (since != 0 && (all || (now | 1) - since >= delay))
     purge = excess_take();
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   excess_purge(purge);
   while (drop) {
     trove_large_t *next = drop->next;
@@ -510,7 +510,7 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
   if (round_os(off + size) > l->map_size &&
       atomic_load_explicit(&excess_since, memory_order_relaxed) != 0) {
     purge = excess_take();                 /* a growth faults pages in: the excess goes first */
-    pthread_mutex_unlock(&_trove_locks.large);
+    _trove_mutex_unlock(&_trove_locks.large);
     excess_purge(purge);
     large_lock();
   }
@@ -524,7 +524,7 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
       map_size <= l->map_size && size >= l->requested ? l : resize_mapping(l, map_size);
   if (m == NULL) {
     live_excess += excess_of(l);
-    pthread_mutex_unlock(&_trove_locks.large);
+    _trove_mutex_unlock(&_trove_locks.large);
     return NULL;
   }
   if (m != l) {                              /* moved: relink it in the live list */
@@ -536,7 +536,7 @@ void *_trove_large_realloc(trove_large_t *l, size_t size) {
   _trove_large_live_bytes += m->usable;
   m->requested = size;
   live_excess += excess_of(m);
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   return (void *)m->user;
 }
 

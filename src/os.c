@@ -13,6 +13,7 @@
 #include "internal.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -220,6 +221,21 @@ bool _trove_os_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, const bool *stop, 
   }
   errno = saved;
   return *stop;
+}
+
+/* trove_mutex_t's sleep and wake (internal.h). Private futexes: a lock is never shared with
+ * another process (a fork's child makes its locks anew). The wait returns at once if the word
+ * no longer holds `value`, and may return early (a signal, a wake meant for another): the
+ * caller looks again. Neither changes errno. */
+void _trove_os_futex_wait(_Atomic uint32_t *word, uint32_t value) {
+  int saved = errno;
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+  errno = saved;
+}
+void _trove_os_futex_wake(_Atomic uint32_t *word) {
+  int saved = errno;
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  errno = saved;
 }
 
 uint64_t _trove_os_random(void) {

@@ -54,7 +54,7 @@ typedef struct arena_s {        /* its lock is _trove_locks.arena[its index] (se
 } __attribute__((aligned(TROVE_CACHE_LINE))) arena_t;
 
 static arena_t arenas[ARENAS_MAX];
-static pthread_mutex_t *arena_mutex(arena_t *a) { return &_trove_locks.arena[a - arenas].m; }
+static trove_mutex_t *arena_mutex(arena_t *a) { return &_trove_locks.arena[a - arenas].m; }
 static size_t narenas = 1;            /* set once by _trove_pages_init, before any thread heap */
 /* Totals over all arenas, for the dirty cap (relaxed: a cap, not an account). */
 static _Atomic size_t dirty_total;    /* pages in free runs marked dirty */
@@ -85,7 +85,7 @@ void _trove_pages_init(void) {
   size_t n = (size_t)TROVE_OPT(ARENAS);
   if (n == 0) n = _trove_os_ncpus();
   narenas = n < 1 ? 1 : n > ARENAS_MAX ? ARENAS_MAX : n;
-  for (size_t i = 0; i < narenas; i++) pthread_mutex_init(&_trove_locks.arena[i].m, NULL);
+  for (size_t i = 0; i < narenas; i++) _trove_mutex_init(&_trove_locks.arena[i].m);
   if (narenas > 8) publish_pages = (long)(1024 / narenas);
   if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) publish_pages = 1;
 }
@@ -143,7 +143,7 @@ static void cache_release(trove_segment_t *list) {
  * `before` (ms; 0: none): the caller unmaps them. */
 static trove_segment_t *cache_trim(size_t keep, uint64_t before) {
   trove_segment_t *out = NULL;
-  pthread_mutex_lock(&_trove_locks.segment_cache);
+  _trove_mutex_lock(&_trove_locks.segment_cache);
   size_t i = 0;
   for (trove_segment_t *seg = cache, *next; seg; seg = next, i++) {
     next = seg->next;
@@ -155,7 +155,7 @@ static trove_segment_t *cache_trim(size_t keep, uint64_t before) {
     seg->next = out;
     out = seg;
   }
-  pthread_mutex_unlock(&_trove_locks.segment_cache);
+  _trove_mutex_unlock(&_trove_locks.segment_cache);
   return out;
 }
 
@@ -167,14 +167,14 @@ static void cache_put(arena_t *a, trove_segment_t *seg, uint64_t at) {
   if (seg->prev) seg->prev->next = seg->next; else a->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   seg->empty_since = at ? at : 1;
-  pthread_mutex_lock(&_trove_locks.segment_cache);
+  _trove_mutex_lock(&_trove_locks.segment_cache);
   seg->prev = NULL;
   seg->next = cache;
   if (cache) cache->prev = seg;
   cache = seg;
   atomic_fetch_add_explicit(&ncached, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
-  pthread_mutex_unlock(&_trove_locks.segment_cache);
+  _trove_mutex_unlock(&_trove_locks.segment_cache);
 }
 
 /* No lock held: unmap the cached segments past the bound. */
@@ -205,7 +205,7 @@ static void cache_bound(void) {
 static void slot_take(arena_t *a, trove_segment_t *seg);
 static trove_segment_t *cache_take(arena_t *a) {
   if (atomic_load_explicit(&ncached, memory_order_relaxed) == 0) return NULL;   /* a hint */
-  pthread_mutex_lock(&_trove_locks.segment_cache);
+  _trove_mutex_lock(&_trove_locks.segment_cache);
   trove_segment_t *seg = cache;
   if (seg) {
     cache = seg->next;
@@ -213,7 +213,7 @@ static trove_segment_t *cache_take(arena_t *a) {
     atomic_fetch_sub_explicit(&ncached, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&dirty_total, cached_dirty(seg), memory_order_relaxed);
   }
-  pthread_mutex_unlock(&_trove_locks.segment_cache);
+  _trove_mutex_unlock(&_trove_locks.segment_cache);
   if (seg == NULL) return NULL;
   seg->empty_since = 0;
   seg->arena = (uint32_t)(a - arenas);
@@ -605,12 +605,12 @@ static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int 
   size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
   for (size_t k = 1; k < narenas; k++) {
     arena_t *o = &arenas[(me + k) % narenas];
-    if (dirty_peek(o) < need || pthread_mutex_trylock(arena_mutex(o)) != 0) continue;
+    if (dirty_peek(o) < need || _trove_mutex_trylock(arena_mutex(o)) != 0) continue;
     trove_sb_t *run = find_dirty_run(o, need), *r = NULL;
     if (run) {
       r = carve(o, run, npages, align_pages, kind, true);
     }
-    pthread_mutex_unlock(arena_mutex(o));
+    _trove_mutex_unlock(arena_mutex(o));
     if (r) return r;
   }
   return NULL;
@@ -624,7 +624,7 @@ static trove_sb_t *steal_run(arena_t *a, size_t npages, size_t align_pages, int 
 static trove_sb_t *steal_wait(arena_t *a, size_t npages, size_t align_pages, int kind) {
   size_t need = npages + align_pages - 1, me = (size_t)(a - arenas);
   trove_sb_t *r = NULL;
-  pthread_mutex_unlock(arena_mutex(a));
+  _trove_mutex_unlock(arena_mutex(a));
   for (size_t k = 1; k < narenas && r == NULL; k++) {
     arena_t *o = &arenas[(me + k) % narenas];
     if (dirty_peek(o) < need) continue;
@@ -633,7 +633,7 @@ static trove_sb_t *steal_wait(arena_t *a, size_t npages, size_t align_pages, int
     if (run) {
       r = carve(o, run, npages, align_pages, kind, true);
     }
-    pthread_mutex_unlock(arena_mutex(o));
+    _trove_mutex_unlock(arena_mutex(o));
   }
   _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   return r;
@@ -658,7 +658,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   if (narenas > 1 && (run == NULL || !run->dirty)) {
     trove_sb_t *r = steal_run(a, npages, align_pages, kind);
     if (r) {
-      pthread_mutex_unlock(arena_mutex(a));
+      _trove_mutex_unlock(arena_mutex(a));
       return r;
     }
   }
@@ -670,7 +670,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   } else if (run == NULL && narenas > 1) {
     trove_sb_t *r = steal_wait(a, npages, align_pages, kind);
     if (r) {
-      pthread_mutex_unlock(arena_mutex(a));
+      _trove_mutex_unlock(arena_mutex(a));
       return r;
     }
     in_bin = (run = find_run(a, need, dense)) != NULL;  /* freed here meanwhile */
@@ -684,7 +684,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
     if (seg == NULL) {
       /* Out of address space or memory: give back every empty segment and cached mapping
        * now (they would go after the purge delay anyway) and try once more. */
-      pthread_mutex_unlock(arena_mutex(a));
+      _trove_mutex_unlock(arena_mutex(a));
       _trove_large_purge(true);
       _trove_pages_purge(true);
       _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
@@ -692,7 +692,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       judge = dense || probe ? NULL : a->sparse_probe;   /* it may have left while unlocked */
       if (run == NULL &&
           (!slots_reserve(a) || (seg = _trove_segment_new(&a->segments, a->nsegs, dense, judge)) == NULL)) {
-        pthread_mutex_unlock(arena_mutex(a));
+        _trove_mutex_unlock(arena_mutex(a));
         return NULL;
       }
     }
@@ -705,7 +705,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
   }
   if (!run->dirty) atomic_fetch_add_explicit(&fresh_runs, 1, memory_order_relaxed);
   trove_sb_t *r = carve(a, run, npages, align_pages, kind, in_bin);
-  pthread_mutex_unlock(arena_mutex(a));
+  _trove_mutex_unlock(arena_mutex(a));
   if (new_segment) _trove_large_trim();    /* fresh memory: no large mapping kept past budget */
   return r;
 }
@@ -821,7 +821,7 @@ static void purge_finish(arena_t *a, trove_sb_t *list) {
     next = r->next;
     insert_free(a, seg_of(r), r, false, r->freed_at);
   }
-  pthread_mutex_unlock(arena_mutex(a));
+  _trove_mutex_unlock(arena_mutex(a));
   cache_bound();
 }
 
@@ -924,7 +924,7 @@ static void purge_arenas_over_cap(arena_t *first, trove_sb_t *list) {
     if (a == first || dirty_peek(a) == 0) continue;
     _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
     trove_sb_t *more = purge_over_cap(a, cap);
-    pthread_mutex_unlock(arena_mutex(a));
+    _trove_mutex_unlock(arena_mutex(a));
     purge_finish(a, more);
   }
 }
@@ -984,14 +984,14 @@ void _trove_pages_free_clock(trove_sb_t *run, uint64_t at, uint64_t clock) {
      * again whole: freeing a burst of superblocks purged the same pages over and over (124 MB
      * of madvise for a 32 MiB burst, 1.47 GB for 570 MiB). */
     run->kind = TROVE_SPAN_PURGING;
-    pthread_mutex_unlock(arena_mutex(a));
+    _trove_mutex_unlock(arena_mutex(a));
     _trove_segment_purge(seg, (void *)run_addr(run), run->span_bytes);
     _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
   }
   insert_free(a, seg, run, !self, now);
   bool over = over_cap(a, cap);
   trove_sb_t *purge = over ? purge_over_cap(a, cap) : NULL;
-  pthread_mutex_unlock(arena_mutex(a));
+  _trove_mutex_unlock(arena_mutex(a));
   if (over) purge_arenas_over_cap(a, purge);
   cache_bound();
 }
@@ -1023,7 +1023,7 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
       ok = true;
     }
   }
-  pthread_mutex_unlock(arena_mutex(a));
+  _trove_mutex_unlock(arena_mutex(a));
   return ok;
 }
 
@@ -1064,7 +1064,7 @@ void _trove_pages_purge(bool all) {
       }
     if (window || all) a->dirty_low = a->dirty_pages;     /* the next window's low mark */
     else note_low(a);
-    pthread_mutex_unlock(arena_mutex(a));
+    _trove_mutex_unlock(arena_mutex(a));
     purge_finish(a, list);
   }
 }
@@ -1089,14 +1089,14 @@ void _trove_pages_yield(size_t bytes) {
 
 /* For the statistics and the heap map (stats.c), and fork (init.c). */
 void _trove_pages_lock_all(void) {
-  for (size_t i = 0; i < narenas; i++) pthread_mutex_lock(&_trove_locks.arena[i].m);
-  pthread_mutex_lock(&_trove_locks.segment_cache);
-  pthread_mutex_lock(&_trove_locks.segment);
+  for (size_t i = 0; i < narenas; i++) _trove_mutex_lock(&_trove_locks.arena[i].m);
+  _trove_mutex_lock(&_trove_locks.segment_cache);
+  _trove_mutex_lock(&_trove_locks.segment);
 }
 void _trove_pages_unlock_all(void) {
-  pthread_mutex_unlock(&_trove_locks.segment);
-  pthread_mutex_unlock(&_trove_locks.segment_cache);
-  for (size_t i = narenas; i-- > 0;) pthread_mutex_unlock(&_trove_locks.arena[i].m);
+  _trove_mutex_unlock(&_trove_locks.segment);
+  _trove_mutex_unlock(&_trove_locks.segment_cache);
+  for (size_t i = narenas; i-- > 0;) _trove_mutex_unlock(&_trove_locks.arena[i].m);
 }
 void _trove_pages_fork_child(void) {
   for (size_t i = 0; i < narenas; i++) _trove_lock_reset(&_trove_locks.arena[i].m);

@@ -41,7 +41,7 @@ static uintptr_t reserve_next, reserve_end;       /* [next, end): mapped, not ye
 static size_t reserve_batch = 1;
 
 static trove_segment_t *segment_map(void) {
-  pthread_mutex_lock(&_trove_locks.segment);
+  _trove_mutex_lock(&_trove_locks.segment);
   if (reserve_next == reserve_end) {
     for (size_t n = reserve_batch; n > 0; n /= 2) {
       void *p = _trove_os_reserve_aligned(n * TROVE_SEGMENT_SIZE, TROVE_SEGMENT_SIZE);
@@ -58,15 +58,15 @@ static trove_segment_t *segment_map(void) {
     reserve_next += TROVE_SEGMENT_SIZE;
     _trove_os_count_mapped(TROVE_SEGMENT_SIZE);
   }
-  pthread_mutex_unlock(&_trove_locks.segment);
+  _trove_mutex_unlock(&_trove_locks.segment);
   return seg;
 }
 
 void _trove_segment_unreserve(void) {
-  pthread_mutex_lock(&_trove_locks.segment);
+  _trove_mutex_lock(&_trove_locks.segment);
   if (reserve_next != reserve_end) _trove_os_unreserve((void *)reserve_next, reserve_end - reserve_next);
   reserve_next = reserve_end = 0;
-  pthread_mutex_unlock(&_trove_locks.segment);
+  _trove_mutex_unlock(&_trove_locks.segment);
 }
 
 /* Transparent huge pages (TROVE_THP). A segment that asks for them before its first write has

@@ -86,13 +86,13 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
   st->huge_pauses = _trove_segment_huge_pauses();
   _trove_pages_unlock_all();
   _trove_background_release();
-  pthread_mutex_lock(&_trove_locks.large);
+  _trove_mutex_lock(&_trove_locks.large);
   st->large_objects = _trove_large_live_count;
   st->large_bytes = _trove_large_live_bytes;
   size_t large_cached = _trove_large_cached_bytes();
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   st->in_use += st->large_bytes;
-  pthread_mutex_lock(&_trove_locks.heaps);
+  _trove_mutex_lock(&_trove_locks.heaps);
   for (trove_heap_t *h = _trove_heaps_all; h; h = h->next_all) {
     st->heaps_created++;
     if (_trove_heap_live(h) && !h->shared) st->threads++;
@@ -107,7 +107,7 @@ TROVE_API void trove_stats_get(trove_stats_t *st) {
     st->spare_bytes += (size_t)__atomic_load_n(&h->spare_pages, __ATOMIC_RELAXED)
                        << TROVE_PAGE_SHIFT;
   }
-  pthread_mutex_unlock(&_trove_locks.heaps);
+  _trove_mutex_unlock(&_trove_locks.heaps);
   st->held = atomic_load(&_trove_os_mapped);
   st->peak_held = atomic_load(&_trove_os_peak_mapped);
   size_t clean = st->free_page_bytes - st->dirty_page_bytes;
@@ -244,8 +244,8 @@ TROVE_API int trove_heap_map_write(const char *path) {
   int fd = _trove_os_open_write(path);
   if (fd < 0) return -1;
   static jw_t w;                       /* static: no large frame, no malloc */
-  static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
-  pthread_mutex_lock(&map_lock);
+  static trove_mutex_t map_lock = TROVE_MUTEX_INIT;
+  _trove_mutex_lock(&map_lock);
   w.fd = fd;
   w.n = 0;
   char line[320];
@@ -293,7 +293,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
   _trove_pages_unlock_all();
   _trove_background_release();
   jw_put(&w, "\n],\"large\":[");
-  pthread_mutex_lock(&_trove_locks.large);
+  _trove_mutex_lock(&_trove_locks.large);
   bool first = true;
   for (trove_large_t *l = _trove_large_live(); l; l = l->next) {
     _trove_snprintf(line, sizeof line, "%s{\"base\":\"%p\",\"size\":%zu,\"usable\":%zu}",
@@ -301,7 +301,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
     jw_put(&w, line);
     first = false;
   }
-  pthread_mutex_unlock(&_trove_locks.large);
+  _trove_mutex_unlock(&_trove_locks.large);
   jw_put(&w, "],\"pool\":[");
   first = true;
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
@@ -309,14 +309,14 @@ TROVE_API int trove_heap_map_write(const char *path) {
     for (size_t s = 0; s < _trove_pool_shards; s++) {
       if (!_trove_pool_shard_in_use(s)) continue;
       trove_pool_t *pool = _trove_pool_at(s, c);
-      pthread_mutex_lock(&pool->lock);
+      _trove_mutex_lock(&pool->lock);
       for (int full = 0; full < 2; full++)
         for (trove_sb_t *sb = full ? pool->full : pool->avail; sb; sb = sb->next) {
           count++;
           used += (size_t)_trove_sb_used(sb);
           cap += sb->capacity;
         }
-      pthread_mutex_unlock(&pool->lock);
+      _trove_mutex_unlock(&pool->lock);
     }
     if (!count) continue;
     _trove_snprintf(line, sizeof line,
@@ -327,7 +327,7 @@ TROVE_API int trove_heap_map_write(const char *path) {
   }
   jw_put(&w, "]}\n");
   jw_flush(&w);
-  pthread_mutex_unlock(&map_lock);
+  _trove_mutex_unlock(&map_lock);
   _trove_os_close(fd);
   return 0;
 }
