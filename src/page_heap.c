@@ -443,10 +443,22 @@ static size_t peak_now(void) {
   return a > b ? a : b;
 }
 
+/* A descriptor cleared by plain 16-byte stores. GCC makes a memset of its 128 bytes a `rep
+ * stos`, whose start-up cost is most of a short one's time: 42% of split_front's samples in a
+ * medium malloc/free loop (`perf record`, fastpath --medium). */
+static inline void desc_zero(trove_sb_t *d) {
+  typedef uint64_t zero_t __attribute__((vector_size(16), aligned(16)));
+  _Static_assert(sizeof(trove_sb_t) % sizeof(zero_t) == 0 && _Alignof(trove_sb_t) >= 16,
+                 "a descriptor is whole 16-byte words");
+  zero_t *w = (zero_t *)(void *)d;
+#pragma GCC unroll 16
+  for (size_t i = 0; i < sizeof(trove_sb_t) / sizeof(zero_t); i++) w[i] = (zero_t){0, 0};
+}
+
 /* Describe the free run [first, first+n) with `run`, a descriptor slot of `seg`. */
 static trove_sb_t *make_free_run(trove_segment_t *seg, trove_sb_t *run, size_t first, size_t n,
                                  bool dirty, uint64_t now) {
-  memset(run, 0, sizeof *run);
+  desc_zero(run);
   run->kind = TROVE_SPAN_FREE;
   run->page = (uint16_t)first;
   run->npages = (uint16_t)n;
@@ -534,7 +546,7 @@ static trove_sb_t *split(arena_t *a, trove_sb_t *run, size_t page, size_t n, boo
   if (page > first) {
     bin_push(a, make_free_run(seg, run, first, page - first, dirty, at));
     r = desc_new(seg);
-    memset(r, 0, sizeof *r);
+    desc_zero(r);
   }
   if (page + n < end)
     bin_push(a, make_free_run(seg, desc_new(seg), page + n, end - page - n, dirty, at));
@@ -552,7 +564,7 @@ static TROVE_NOINLINE trove_sb_t *split_front(arena_t *a, trove_sb_t *run, size_
   trove_segment_t *seg = seg_of(run);
   size_t page = run->page, rest = run->npages - n;
   trove_sb_t *r = desc_new(seg);
-  memset(r, 0, sizeof *r);
+  desc_zero(r);
   run->page = (uint16_t)(page + n);
   run->npages = (uint16_t)rest;
   run->span_bytes = (uint32_t)(rest << TROVE_PAGE_SHIFT);
