@@ -19,17 +19,6 @@
 #include <signal.h>
 #include <time.h>
 
-static int failures;
-#define EXPECT(cond, ...)                                                        \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);            \
-      fprintf(stderr, __VA_ARGS__);                                              \
-      fprintf(stderr, "\n");                                                     \
-      failures++;                                                                \
-    }                                                                            \
-  } while (0)
-
 static trove_mutex_t lock = TROVE_MUTEX_INIT;
 static long counter;                       /* plain: the lock guards it */
 static _Atomic int inside;                 /* threads in the critical section */
@@ -134,8 +123,8 @@ int main(int argc, char **argv) {
   EXPECT(atomic_load(&lock.word) == 0, "the lock was left held (word %u)", atomic_load(&lock.word));
 
   alarm(0);
-  if (failures) {
-    fprintf(stderr, "test_mutex: %d failure(s)\n", failures);
+  if (th_failures) {
+    fprintf(stderr, "test_mutex: %d failure(s)\n", th_failures);
     return 1;
   }
   printf("test_mutex: ok (%d threads, %ld rounds)\n", threads, rounds);

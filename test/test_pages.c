@@ -19,17 +19,6 @@
 #include "testhelper.h"
 #include "internal.h"
 
-static int failures;
-#define EXPECT(cond, ...)                                                        \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);            \
-      fprintf(stderr, __VA_ARGS__);                                              \
-      fprintf(stderr, "\n");                                                     \
-      failures++;                                                                \
-    }                                                                            \
-  } while (0)
-
 static size_t bin_for(size_t npages) {
   return npages < TROVE_PAGE_BINS - 1 ? npages : TROVE_PAGE_BINS - 1;
 }
@@ -192,8 +181,8 @@ int main(void) {
   give(K, "K freed: the segment whole again");
   EXPECT(s->empty_since != 0, "the whole segment is not in the segment cache");
 
-  if (failures) {
-    fprintf(stderr, "test_pages: %d failures\n", failures);
+  if (th_failures) {
+    fprintf(stderr, "test_pages: %d failures\n", th_failures);
     return 1;
   }
   printf("test_pages: ok\n");

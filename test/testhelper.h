@@ -96,6 +96,19 @@
     }                                                                                       \
   } while (0)
 
+/* ---- EXPECT: CHECKF that goes on, counting the misses in th_failures (the white-box tests,
+ * which report every invariant a step broke before they stop) ---- */
+static int th_failures __attribute__((unused));
+#define EXPECT(cond, ...)                                                                   \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
+      fprintf(stderr, __VA_ARGS__);                                                         \
+      fprintf(stderr, "\n");                                                                \
+      th_failures++;                                                                        \
+    }                                                                                       \
+  } while (0)
+
 /* ---- seeded RNG (splitmix64 seeding a xorshift64*) ---- */
 typedef struct th_rng_s {
   uint64_t s;
