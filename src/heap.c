@@ -1097,7 +1097,7 @@ static void unpark_all(trove_heap_t *h) {
 /* A park is the quick way out for a thread that replaces blocks at random, so it counts as
  * a fast free: the remote queue and the timed work wait for the heartbeat (every TROVE_BEAT-th
  * free), not for every 16th park. With a thread replacing one of 256 blocks of 4 KiB, every
- * free parks: 101 -> 89 instructions a malloc/free pair (bench/aligned --pool, callgrind). */
+ * free parks: 102 -> 91 instructions a malloc/free pair (bench/aligned --pool, callgrind). */
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) {
   if (park(h, sb)) {
     if (unlikely(--h->beat == 0)) _trove_heap_beat(h, h->cur[sb->cls]);   /* it holds the block */
