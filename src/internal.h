@@ -348,6 +348,8 @@ typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
 
 typedef struct trove_heap_s {
   uint32_t beat;                           /* local frees until the next _trove_heap_beat */
+  uint8_t parking;                         /* free parks on its fast path (heap.c, "Parking") */
+  uint32_t parks;                          /* slow parks since the last scan of the current ones */
   union {
     /* malloc's view: _trove_size_slot[(size + 15) >> 4] indexes this for every small size,
      * direct[] below 1 KiB and cur[] above, with no branch between the two (see
@@ -358,6 +360,10 @@ typedef struct trove_heap_s {
       trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
     };
   };
+  /* free's view: where a local free of a block of the class goes when that superblock's count
+   * allows (its current superblock in the classes that park, else &_trove_sb_empty, whose
+   * count never allows; heap.c, "Parking") */
+  trove_sb_t *park_to[TROVE_CLASSES];
   /* blocks freed by other threads, pushed lock-free, taken whole by the owner. A freeing
    * thread spreads its pushes over the lanes in turn, so that the owner walks several chains
    * side by side: each step of a chain is a load that misses (the freeing core wrote the
@@ -824,6 +830,18 @@ TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
   b->tag = _trove_tag(b);
   trove_heap_t *h = _trove_tls_heap;
   if (likely(_trove_sb_owner(sb) == h)) {
+    if (unlikely(h->parking)) {
+      /* parked (heap.c, "Parking"): onto the class's current superblock while its count
+       * allows; a conditional move, as the classes that park and those that do not
+       * alternate at random in a mix of sizes */
+      trove_sb_t *to = h->park_to[sb->cls];
+      int32_t room = to->slack;
+#if defined(__x86_64__)
+      __asm__("test %1, %1\n\tcmovg %2, %0" : "+r"(sb) : "r"(room), "r"(to) : "cc");
+#else
+      sb = room > 0 ? to : sb;
+#endif
+    }
     b->next = sb->free;
     sb->free = b;
     if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
