@@ -76,8 +76,8 @@ typedef struct trove_stats_s {
   size_t blocks_borrowed;    /* mallocs served by a block of a larger class (its own was used
                                 up; see docs/DESIGN.md, "Borrowing") */
   size_t blocks_parked;      /* frees of blocks above 1 KiB handed to the class's next malloc
-                                by free's slow path (most park on its fast path, uncounted;
-                                docs/DESIGN.md, "Parking") */
+                                by free's slow path (a heap that parks often then parks
+                                every free for a while, uncounted; docs/DESIGN.md, "Parking") */
   size_t blocks_purged;      /* idle free blocks above 4 KiB whose whole pages went back to
                                 the OS (docs/DESIGN.md, "Idle free blocks") */
   size_t threads;            /* live thread heaps */

@@ -34,6 +34,8 @@ trove_heap_t _trove_heap_empty = {
 };
 __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))) =
     &_trove_heap_empty;
+__thread trove_heap_t *_trove_tls_free __attribute__((tls_model("initial-exec"))) =
+    &_trove_heap_empty;
 __thread bool _trove_aligned_call __attribute__((tls_model("initial-exec")));
 
 trove_heap_t *_trove_heaps_all;
@@ -65,6 +67,7 @@ static void push_remote(trove_heap_t *owner, trove_block_t *b, uint32_t flags);
 #define REMOTE_PENDING 1u                 /* the owner has blocks queued */
 #define REMOTE_MEDIUM 2u                  /* and a medium run among them, perhaps */
 static bool spare_put(trove_heap_t *h, trove_sb_t *sb);
+static void parking_set(trove_heap_t *h, bool on);
 
 /* `parked_ms` is read without the heaps lock by a free that looks for a heap to inherit. */
 static uint64_t parked_since(const trove_heap_t *h) {
@@ -234,7 +237,7 @@ static bool coarse_serves(const trove_heap_t *h, size_t cls) {
 static void coarse_set(trove_heap_t *h, bool on) {
   h->coarse = on;
   if (on) {                                /* no parking (those parked wait for a pop or unpark) */
-    h->parking = 0;
+    parking_set(h, false);
     for (size_t c = 0; c < TROVE_CLASSES; c++) h->park_to[c] = &_trove_sb_empty;
   }
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = direct_of(h, i);
@@ -1049,7 +1052,7 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
  * with blocks on its list (heap_abandon; cur_trim, where its understated count could make
  * it look empty). The statistics sum the counts per class, where the two cancel.
  *
- * Parking on free's fast path (fifty-ninth session). Once a heap has parked PARK_FAST_AFTER
+ * Parking on every free (fifty-ninth session). Once a heap has parked PARK_FAST_AFTER
  * blocks here since the last scan of its current superblocks (every half purge delay),
  * `parking` is set, and until the next scan every local free of a class of fewer than
  * PARK_CAP blocks a superblock goes onto the class's current superblock (`park_to`) while
@@ -1058,15 +1061,18 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
  * class, and its superblocks change state only when the current one's count runs out. The
  * count is the bound: blocks parked on a current superblock are at most its live blocks
  * (fewer than PARK_CAP), and the scan's unpark_all gives them back to their superblocks, as
- * freed at the scan before. A conditional move picks the superblock, as classes that park
- * and classes that do not alternate at random in a mix of sizes (a branch on the class
- * mispredicted enough to make mtmalloctest, 16 B - 16 KiB, 8-10% slower), and the flag keeps
- * the conditional move's five instructions off the frees of heaps that do not park: they
- * pay its test (2 instructions). 256 blocks of 4 KiB replaced at random (bufpool) 1.31x,
- * posix_memalign of 16 B - 16 KiB blocks at 16 B - 4 KiB alignments (aligned) 1.25x;
- * mtmalloctest, threadtest and larson level. Parking every class so, not only those of few
- * blocks a superblock, made threadtest's 8-byte rounds 10% slower (the next round's blocks
- * came from all over the heap). */
+ * freed at the scan before. Free's fast path does not change: the thread's free key
+ * (_trove_tls_free, the heap's address) gets bit 0 set while the heap parks, so no owner
+ * matches it and the local frees take _trove_free_other, which hands them to free_parking.
+ * There a conditional move picks the superblock, as classes that park and classes that do
+ * not alternate at random in a mix of sizes. Tried on the fast path itself: a branch on the
+ * class mispredicted enough to make mtmalloctest (16 B - 16 KiB) 8-10% slower; a conditional
+ * move on every free cost 5 instructions a pair (ping-pong 0.89 of the time); behind a
+ * per-heap flag, 2 (0.94). 256 blocks of 4 KiB replaced at random (bufpool) 1.34x,
+ * posix_memalign of 16 B - 16 KiB blocks at 16 B - 4 KiB alignments (aligned) 1.23x,
+ * workset-wide 1.17x; mtmalloctest, ping-pong level. Parking every class so, not only those
+ * of few blocks a superblock, made threadtest's 8-byte rounds 10% slower (the next round's
+ * blocks came from all over the heap). */
 #define PARK_FAST_AFTER 64
 static bool park(trove_heap_t *h, trove_sb_t *sb) {
   trove_sb_t *cur = h->cur[sb->cls];
@@ -1082,8 +1088,31 @@ static bool park(trove_heap_t *h, trove_sb_t *sb) {
   cur->slack--;
   h->lists[sb->cls].parked_at = h->now_ms | 1;
   h->c.parked++;
-  if (++h->parks == PARK_FAST_AFTER && !h->coarse && !h->shared) h->parking = 1;
+  if (++h->parks == PARK_FAST_AFTER && !h->coarse && !h->shared) parking_set(h, true);
   return true;
+}
+
+/* The heap's thread frees through free_parking while `on` (its free key has bit 0 set). */
+static void parking_set(trove_heap_t *h, bool on) {
+  h->parking = on;
+  if (h == _trove_tls_heap) _trove_tls_free = (trove_heap_t *)((uintptr_t)h | on);
+}
+
+/* A local free in a heap that parks: onto the class's current superblock while its count
+ * allows, else as on the fast path. A conditional move, as the classes that park and those
+ * that do not alternate at random in a mix of sizes. */
+static void free_parking(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
+  trove_sb_t *to = h->park_to[sb->cls];
+  int32_t room = to->slack;
+#if defined(__x86_64__)
+  __asm__("test %1, %1\n\tcmovg %2, %0" : "+r"(sb) : "r"(room), "r"(to) : "cc");
+#else
+  sb = room > 0 ? to : sb;
+#endif
+  b->next = sb->free;
+  sb->free = b;
+  if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
+  else if (unlikely(--h->beat == 0)) _trove_heap_beat(h, sb);
 }
 
 static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
@@ -1107,7 +1136,7 @@ static void unpark(trove_heap_t *h, trove_sb_t *cur) {
     uintptr_t a = (uintptr_t)b;
     trove_sb_t *home = _trove_sb_of(_trove_segment_of(a), a);
     if (_trove_sb_owner(home) != h) {
-      _trove_free_other(b, home);
+      _trove_free_other(b, home, 0);
       continue;
     }
     /* freed as of when it was parked (an empty superblock's age counts from the heap's
@@ -2176,7 +2205,11 @@ static TROVE_NOINLINE void free_other_slow(trove_block_t *b, trove_sb_t *sb) {
   if ((++remote_ticks & 63) == 0) _trove_heap_maybe_purge(_trove_tls_heap);
 }
 
-void _trove_free_other(trove_block_t *b, trove_sb_t *sb) {
+void _trove_free_other(trove_block_t *b, trove_sb_t *sb, uintptr_t me) {
+  if (unlikely(me & 1) && _trove_sb_owner(sb) == (trove_heap_t *)(me - 1)) {
+    free_parking((trove_heap_t *)(me - 1), sb, b);   /* a local free of a heap that parks */
+    return;
+  }
   trove_heap_t *owner = atomic_load_explicit(&sb->heap, memory_order_acquire);
   /* The common case, with no register saved: a small block of another thread's heap (a
    * medium run has no owner here), freed by a thread with a heap of its own (which so
@@ -2328,6 +2361,7 @@ static trove_heap_t *heap_new_locked(void) {
 
 /* Hand every superblock of `h` back (to the page heap if empty, else to the pool). */
 static void heap_abandon(trove_heap_t *h) {
+  parking_set(h, false);                   /* its current superblocks go below */
   drain_remote(h);
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     trove_sb_t *sb = h->cur[c];
@@ -2412,7 +2446,7 @@ void _trove_heap_thread_done(void *arg) {
   drain_remote(h);
   medium_cache_trim(h, true);
   spare_trim(h, true);
-  _trove_tls_heap = &_trove_heap_empty;
+  _trove_tls_heap = _trove_tls_free = &_trove_heap_empty;
   /* What this thread freed into pool superblocks may be all that keeps them: collect now, a
    * server's threads often exit right after a burst of frees and nothing else follows. */
   if (freed_into_pool) _trove_pool_sweep();
@@ -2526,7 +2560,7 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
   trove_heap_t *h = heap_acquire(want);
   if (h == NULL) return NULL;
   if (crowded() != h->coarse) coarse_set(h, !h->coarse);
-  _trove_tls_heap = h;
+  _trove_tls_heap = _trove_tls_free = h;
   pthread_setspecific(_trove_thread_key, h);
   if (batch_state == BATCH_UNHOOKED) batch_state = BATCH_ON;   /* the key's destructor flushes */
   _trove_fork_register();
@@ -2576,7 +2610,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
     lists_purge(h, now, false);
     grow_decay(h);
     h->cur_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
-    h->parking = 0;                        /* until the slow path parks often again */
+    if (h->parking) parking_set(h, false);   /* until the slow path parks often again */
     h->parks = 0;
   }
   /* Not behind the time gate below: the burst that piles the pages up may end within the

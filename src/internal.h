@@ -348,7 +348,7 @@ typedef struct trove_heap_counters_s {   /* owner-only, summed by stats.c */
 
 typedef struct trove_heap_s {
   uint32_t beat;                           /* local frees until the next _trove_heap_beat */
-  uint8_t parking;                         /* free parks on its fast path (heap.c, "Parking") */
+  uint8_t parking;                         /* local frees park (heap.c, "Parking") */
   uint32_t parks;                          /* slow parks since the last scan of the current ones */
   union {
     /* malloc's view: _trove_size_slot[(size + 15) >> 4] indexes this for every small size,
@@ -360,9 +360,9 @@ typedef struct trove_heap_s {
       trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
     };
   };
-  /* free's view: where a local free of a block of the class goes when that superblock's count
-   * allows (its current superblock in the classes that park, else &_trove_sb_empty, whose
-   * count never allows; heap.c, "Parking") */
+  /* where a local free puts a block of the class while the heap parks and that superblock's
+   * count allows (its current superblock in the classes that park, else &_trove_sb_empty,
+   * whose count never allows; heap.c, "Parking", free_parking) */
   trove_sb_t *park_to[TROVE_CLASSES];
   /* blocks freed by other threads, pushed lock-free, taken whole by the owner. A freeing
    * thread spreads its pushes over the lanes in turn, so that the owner walks several chains
@@ -452,6 +452,9 @@ _Static_assert(offsetof(trove_heap_t, remote_pending) + 4 <=
 extern trove_heap_t _trove_heap_empty;     /* a thread's heap before its first malloc */
 extern trove_sb_t _trove_sb_empty;         /* has no free block: sends malloc to the slow path */
 extern __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec")));
+/* free's view of the same heap: its address, with bit 0 set while the heap parks on free's
+ * fast path (heap.c, "Parking on every free") */
+extern __thread trove_heap_t *_trove_tls_free __attribute__((tls_model("initial-exec")));
 /* Set around an aligned request's call of malloc's slow path (alloc.c): its class was picked
  * for its alignment, so the slow path must not lend it a block of a larger class (heap.c,
  * borrow); and on failure it leaves errno alone, since alloc.c's aligned paths try again and
@@ -469,7 +472,7 @@ void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) TROVE_
 void _trove_heap_flush_remote(void) TROVE_HIDDEN;   /* the calling thread's batch (heap.c) */
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;
 size_t _trove_blocks_purged(void) TROVE_HIDDEN;   /* heap.c: idle free blocks purged so far */
-void _trove_free_other(trove_block_t *b, trove_sb_t *sb) TROVE_HIDDEN;
+void _trove_free_other(trove_block_t *b, trove_sb_t *sb, uintptr_t me) TROVE_HIDDEN;
 void _trove_free_unmapped(void *p) TROVE_HIDDEN;
 void _trove_heap_thread_done(void *h) TROVE_HIDDEN;
 void _trove_heap_collect(trove_heap_t *h, bool force) TROVE_HIDDEN;
@@ -828,27 +831,17 @@ void _trove_background_release(void) TROVE_HIDDEN;
 void _trove_background_fork_prepare(void) TROVE_HIDDEN;   /* init.c: stop and join it */
 TROVE_INLINE void _trove_free_valid(trove_block_t *b, trove_sb_t *sb) {
   b->tag = _trove_tag(b);
-  trove_heap_t *h = _trove_tls_heap;
+  /* the heap, with bit 0 set while it parks: then no superblock's owner matches, and its
+   * local frees too take _trove_free_other (heap.c, "Parking on every free") */
+  trove_heap_t *h = _trove_tls_free;
   if (likely(_trove_sb_owner(sb) == h)) {
-    if (unlikely(h->parking)) {
-      /* parked (heap.c, "Parking"): onto the class's current superblock while its count
-       * allows; a conditional move, as the classes that park and those that do not
-       * alternate at random in a mix of sizes */
-      trove_sb_t *to = h->park_to[sb->cls];
-      int32_t room = to->slack;
-#if defined(__x86_64__)
-      __asm__("test %1, %1\n\tcmovg %2, %0" : "+r"(sb) : "r"(room), "r"(to) : "cc");
-#else
-      sb = room > 0 ? to : sb;
-#endif
-    }
     b->next = sb->free;
     sb->free = b;
     if (unlikely(--sb->slack < 0)) _trove_free_slow(sb, h);
     else if (unlikely(--h->beat == 0)) _trove_heap_beat(h, sb);
     return;
   }
-  _trove_free_other(b, sb);
+  _trove_free_other(b, sb, (uintptr_t)h);
 }
 
 /* free: validate (ours, a block start, not already free), then _trove_free_valid. */

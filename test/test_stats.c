@@ -982,8 +982,8 @@ static void borrowing(void) {
 /* Parking (heap.c, "Parking"): a thread that replaces blocks of one class at random, in
  * superblocks of a few blocks that it keeps full, gets back from each malloc the block it
  * freed just before, though that block's superblock is not the current one, and without a
- * slow malloc (free parks the block on the current superblock, on its fast path since the
- * fifty-ninth session: no superblock changes state); the class's live count stays exact
+ * slow malloc (since the fifty-ninth session a heap that parks often parks every free for a
+ * while, so free's slow path runs for few of them); the class's live count stays exact
  * while blocks are parked; and once the thread has exited and freed everything, nothing of
  * the class is left (its heap, handed back, unparks them). */
 enum { PARK_N = 64, PARK_OPS = 20000, PARK_SIZE = 7000 };
