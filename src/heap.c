@@ -2841,6 +2841,8 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
   if (h != &_trove_heap_empty) {
     drain_remote(h);
     if (force) {
+      if (h->parking) parking_set(h, false);   /* cur_trim gives back what is parked */
+      h->parks = 0;
       cur_trim(h, 0, true);
       lists_purge(h, 0, true);
     }
