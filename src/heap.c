@@ -30,7 +30,6 @@
 trove_sb_t _trove_sb_empty;
 trove_heap_t _trove_heap_empty = {
     .slots = {[0 ... TROVE_DIRECT_SLOTS + TROVE_CLASSES - 1] = &_trove_sb_empty},
-    .park_to = {[0 ... TROVE_CLASSES - 1] = &_trove_sb_empty},
 };
 __thread trove_heap_t *_trove_tls_heap __attribute__((tls_model("initial-exec"))) =
     &_trove_heap_empty;
@@ -236,10 +235,7 @@ static bool coarse_serves(const trove_heap_t *h, size_t cls) {
 
 static void coarse_set(trove_heap_t *h, bool on) {
   h->coarse = on;
-  if (on) {                                /* no parking (those parked wait for a pop or unpark) */
-    parking_set(h, false);
-    for (size_t c = 0; c < TROVE_CLASSES; c++) h->park_to[c] = &_trove_sb_empty;
-  }
+  if (on) parking_set(h, false);           /* no parking (those parked wait for a pop or unpark) */
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = direct_of(h, i);
 }
 
@@ -262,7 +258,6 @@ TROVE_INLINE void set_current(trove_heap_t *h, size_t cls, trove_sb_t *sb) {
     sb->freed_at = 0;
   }
   h->cur[cls] = sb;
-  h->park_to[cls] = sb->capacity < PARK_CAP && !h->shared && !h->coarse ? sb : &_trove_sb_empty;
   if (unlikely(h->coarse)) {
     coarse_group_set(h, cls);
     return;
@@ -1055,7 +1050,7 @@ static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
  * Parking on every free (fifty-ninth session). Once a heap has parked PARK_FAST_AFTER
  * blocks here since the last scan of its current superblocks (every half purge delay),
  * `parking` is set, and until the next scan every local free of a class of fewer than
- * PARK_CAP blocks a superblock goes onto the class's current superblock (`park_to`) while
+ * PARK_CAP blocks a superblock goes onto the class's current superblock while
  * that one's count is above 0, whatever the state of its own superblock: a thread that
  * replaces such blocks at random gets the block it freed last from its next malloc of the
  * class, and its superblocks change state only when the current one's count runs out. The
@@ -1098,12 +1093,19 @@ static void parking_set(trove_heap_t *h, bool on) {
   if (h == _trove_tls_heap) _trove_tls_free = (trove_heap_t *)((uintptr_t)h | on);
 }
 
+static void parking_reset(trove_heap_t *h) {
+  if (h->parking) parking_set(h, false);
+  h->parks = 0;
+}
+
 /* A local free in a heap that parks: onto the class's current superblock while its count
- * allows, else as on the fast path. A conditional move, as the classes that park and those
- * that do not alternate at random in a mix of sizes. */
+ * allows (in the classes of fewer than PARK_CAP blocks a superblock), else as on the fast
+ * path. Conditional moves, as the classes that park and those that do not alternate at
+ * random in a mix of sizes. Parking is off in coarse mode and shared heaps (park,
+ * coarse_set), so the current superblock is the class's own. */
 static void free_parking(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b) {
-  trove_sb_t *to = h->park_to[sb->cls];
-  int32_t room = to->slack;
+  trove_sb_t *to = h->cur[sb->cls];        /* &_trove_sb_empty (count 0) if none */
+  int32_t room = to->slack & -(int32_t)(to->capacity < PARK_CAP);   /* 0 if it does not park */
 #if defined(__x86_64__)
   __asm__("test %1, %1\n\tcmovg %2, %0" : "+r"(sb) : "r"(room), "r"(to) : "cc");
 #else
@@ -2270,7 +2272,7 @@ static void heap_reset(trove_heap_t *h) {
   h->parking = 0;
   h->parks = 0;
   for (size_t i = 0; i < TROVE_DIRECT_SLOTS; i++) h->direct[i] = &_trove_sb_empty;
-  for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = h->park_to[i] = &_trove_sb_empty;
+  for (size_t i = 0; i < TROVE_CLASSES; i++) h->cur[i] = &_trove_sb_empty;
   h->coarse = false;
   memset(h->lists, 0, sizeof h->lists);
   memset(h->sparse_map, 0, sizeof h->sparse_map);
@@ -2560,7 +2562,8 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
   trove_heap_t *h = heap_acquire(want);
   if (h == NULL) return NULL;
   if (crowded() != h->coarse) coarse_set(h, !h->coarse);
-  _trove_tls_heap = _trove_tls_free = h;
+  _trove_tls_heap = h;
+  _trove_tls_free = (trove_heap_t *)((uintptr_t)h | h->parking);   /* a parked heap taken over */
   pthread_setspecific(_trove_thread_key, h);
   if (batch_state == BATCH_UNHOOKED) batch_state = BATCH_ON;   /* the key's destructor flushes */
   _trove_fork_register();
@@ -2610,8 +2613,7 @@ void _trove_heap_maybe_purge(trove_heap_t *h) {
     lists_purge(h, now, false);
     grow_decay(h);
     h->cur_scan_ms = now + (uint64_t)TROVE_OPT(PURGE_DELAY_MS) / 2 + 1;
-    if (h->parking) parking_set(h, false);   /* until the slow path parks often again */
-    h->parks = 0;
+    parking_reset(h);                      /* until the slow path parks often again */
   }
   /* Not behind the time gate below: the burst that piles the pages up may end within the
    * gate's half delay, and then no call of the program's may come to look again. */
@@ -2841,8 +2843,7 @@ void _trove_heap_collect(trove_heap_t *h, bool force) {
   if (h != &_trove_heap_empty) {
     drain_remote(h);
     if (force) {
-      if (h->parking) parking_set(h, false);   /* cur_trim gives back what is parked */
-      h->parks = 0;
+      parking_reset(h);                    /* cur_trim gives back what is parked */
       cur_trim(h, 0, true);
       lists_purge(h, 0, true);
     }

@@ -360,10 +360,6 @@ typedef struct trove_heap_s {
       trove_sb_t *cur[TROVE_CLASSES];          /* class -> current superblock (never NULL) */
     };
   };
-  /* where a local free puts a block of the class while the heap parks and that superblock's
-   * count allows (its current superblock in the classes that park, else &_trove_sb_empty,
-   * whose count never allows; heap.c, "Parking", free_parking) */
-  trove_sb_t *park_to[TROVE_CLASSES];
   /* blocks freed by other threads, pushed lock-free, taken whole by the owner. A freeing
    * thread spreads its pushes over the lanes in turn, so that the owner walks several chains
    * side by side: each step of a chain is a load that misses (the freeing core wrote the
