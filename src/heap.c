@@ -1530,15 +1530,19 @@ static size_t mcache_fixed_of(size_t alive) {
 /* Every medium free reads it (the quick one too), and the live thread count it follows
  * changes rarely: the last one worked out is kept with the count it was for, both in one
  * word, so that a reader never pairs a count with another count's value (the bounds and the
- * divide were 22 instructions a call, 5% of a medium malloc/free loop's). */
-static size_t mcache_fixed(void) {
-  static _Atomic uint64_t memo;            /* (count + 1) << 32 | pages; 0: none yet */
-  uint64_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
-  uint64_t m = atomic_load_explicit(&memo, memory_order_relaxed);
-  if (likely(m >> 32 == alive + 1)) return (size_t)(uint32_t)m;
+ * divide were 22 instructions a call, 5% of a medium malloc/free loop's). The check inline,
+ * the work out of line: as a call, the check itself was 15 instructions of each quick free. */
+static _Atomic uint64_t mcache_fixed_memo;   /* (count + 1) << 32 | pages; 0: none yet */
+static TROVE_NOINLINE size_t mcache_fixed_new(uint64_t alive) {
   size_t fixed = mcache_fixed_of((size_t)alive);
-  atomic_store_explicit(&memo, (alive + 1) << 32 | fixed, memory_order_relaxed);
+  atomic_store_explicit(&mcache_fixed_memo, (alive + 1) << 32 | fixed, memory_order_relaxed);
   return fixed;
+}
+static inline size_t mcache_fixed(void) {
+  uint64_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
+  uint64_t m = atomic_load_explicit(&mcache_fixed_memo, memory_order_relaxed);
+  if (likely(m >> 32 == alive + 1)) return (size_t)(uint32_t)m;
+  return mcache_fixed_new(alive);
 }
 
 /* Other threads took fresh pages (the page heap's count, less those this heap took itself)
@@ -1598,9 +1602,15 @@ static void medium_cache_trim(trove_heap_t *h, bool all);
  * a thread that frees a burst of buffers and then waits for its next job would otherwise
  * keep the burst until its next medium call. (The timed work's own trim looks at the count
  * first, and takes the lock only for a cache that holds something: medium_cache_trim.) */
-static void mc_lock(trove_heap_t *h) {
-  while (atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire))
+static TROVE_NOINLINE void mc_lock_wait(trove_heap_t *h) {
+  do
     while (atomic_load_explicit(&h->mcache_lock, memory_order_relaxed)) sched_yield();
+  while (atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire));
+}
+/* The wait out of line: the medium quick paths, which take the lock on every call, then save
+ * no register for it. */
+static inline void mc_lock(trove_heap_t *h) {
+  if (unlikely(atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire))) mc_lock_wait(h);
 }
 static bool mc_trylock(trove_heap_t *h) {
   return atomic_load_explicit(&h->mcache_lock, memory_order_relaxed) == 0 &&
