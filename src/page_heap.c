@@ -872,7 +872,10 @@ static size_t recent_peak(size_t used, uint64_t now) {
   if (_trove_options_set[TROVE_OPT_DIRTY_MAX_MB]) return 0;   /* a cap the operator chose */
   uint64_t delay = (uint64_t)TROVE_OPT(PURGE_DELAY_MS);
   uint64_t w = atomic_load_explicit(&window_ms, memory_order_relaxed);
-  if (now - w >= delay && atomic_compare_exchange_strong(&window_ms, &w, now)) {
+  /* `now` may be behind the window (a caller's clock read before another thread moved it):
+   * then no window has passed, rather than 2^64 ms (which reset both peaks and so cut the
+   * dirty cap to the pages in use) */
+  if (now >= w && now - w >= delay && atomic_compare_exchange_strong(&window_ms, &w, now)) {
     /* after two windows or more with no call here, the last peak is not recent either */
     size_t last = now - w >= 2 * delay ? used : atomic_load(&peak_cur);
     atomic_store_explicit(&peak_prev, last, memory_order_relaxed);

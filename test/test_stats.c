@@ -360,6 +360,49 @@ static void medium_cache(void) {
   CHECK(st.medium_cached_bytes == 0);
 }
 
+/* Buffers of more lengths than the medium cache's fixed part holds, taken and freed in turn
+ * (fastpath-medium's sixteen lengths of 72 KiB - 1 MiB, 5.1 MiB against 2 MiB): the cache
+ * serves the shorter ones, and the page heap the others, on the quick paths as well (heap.c,
+ * medium_quick_pages and medium_quick_unfit): few mallocs take the slow path, every run comes
+ * back (none in use after, nothing mapped past the first round's share). */
+static void *medium_turns_thread(void *arg) {
+  (void)arg;
+  static const size_t kib[16] = {72, 96, 128, 80, 160, 200, 256, 112, 320, 400, 512, 144,
+                                 640, 768, 1024, 192};
+  enum { PAIRS = 16000 };
+  for (int i = 0; i < 16; i++) trove_free(trove_malloc(kib[i] << 10));   /* its heap, its runs */
+  /* Its first runs were fresh pages, which keep the cache's cap open to bursts (and so the
+   * quick free off the page heap) for 1/8 of the purge delay (31 ms by default): wait that
+   * out, so that the loop below runs as a long-running thread's does. */
+  struct timespec ts = {0, 40 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  trove_stats_get(&st);
+  size_t slow0 = st.slow_mallocs, held0 = st.held;
+  for (int i = 0; i < PAIRS; i++) {
+    unsigned char *p = trove_malloc(kib[i & 15] << 10);
+    CHECK(p != NULL);
+    p[0] = 1;
+    p[(kib[i & 15] << 10) - 1] = 2;
+    trove_free(p);
+  }
+  trove_stats_get(&st);
+  size_t slow = st.slow_mallocs - slow0;
+  printf("medium_turns: %d pairs, %zu slow mallocs, held %zu -> %zu KiB\n", PAIRS, slow,
+         held0 >> 10, st.held >> 10);
+  CHECK(st.medium_objects == 0);                   /* every run came back */
+  CHECK(st.held <= held0 + (8u << 20));            /* its runs reused, not mapped anew */
+  /* one malloc in MQUICK_PERIOD (16) takes the slow path; through malloc_slow, each of the
+   * four longest lengths' mallocs also did (5 in 16) */
+  CHECK(slow <= PAIRS / 8);
+  return NULL;
+}
+
+static void medium_turns(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, medium_turns_thread, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+}
+
 /* Another thread that takes fresh pages (none resident were free) makes a thread's burst of
  * frees go to the page heap, past the fixed 2 MiB, for 1/8 of the purge delay: there that
  * thread's next requests reuse them. Kept in the cache, the phases of 64-128 KiB buffers of
@@ -1198,6 +1241,7 @@ int main(int argc, char **argv) {
   single_thread_exact();
   purged_counted_once();
   medium_cache();
+  medium_turns();
   medium_cache_lean_when_others_fault();
   medium_cache_idle_thread();
   spare_superblocks();
