@@ -332,9 +332,10 @@ typedef struct trove_class_lists_s {
   trove_sb_t *sparse;                      /* sparse ones of this class with a live block */
   uint32_t nsparse;                        /* on `sparse` */
   /* heap.c, sb_grow: its superblocks are class_pages << grow long; fresh ones taken since
-   * the last idle scan */
+   * the last idle scan (up to 16 KiB: since fresh_ms, the heap's clock, truncated) */
   uint8_t grow, churn;
   uint16_t fresh;
+  uint32_t fresh_ms;
   trove_sb_t *partial_tail;
   uint64_t parked_at;                      /* heap.c, park: when a block was last parked on
                                               the current superblock (ms, a tick's), 0: none

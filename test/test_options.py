@@ -282,6 +282,11 @@ check("32 KiB blocks reused within K: superblocks of 2 blocks",
 p = run("grow", TROVE_PURGE_DELAY_MS=60000)
 check("32 KiB blocks in batches past K: longer superblocks (up to 16 blocks)",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 8, p.stdout[:200])
+# up to 16 KiB the rate is counted over 1/16 of the purge delay: 900 fresh superblocks of 8
+# KiB blocks in four batches (fewer than the 1,024 of a whole idle-scan period) grow them
+p = run("growsoon", TROVE_PURGE_DELAY_MS=60000)
+check("8 KiB blocks in four batches past K: longer superblocks already (4 blocks at first)",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 8, p.stdout[:200])
 p = run("unshared")
 check("8 threads: a superblock of the 3 KiB class each (2 blocks)",
       p.returncode == 0 and value(p.stdout, "superblocks") >= 8, p.stdout[:300])

@@ -552,6 +552,23 @@ int main(int argc, char **argv) {
       for (int i = 0; i < per; i++) trove_free(q[i]);
     }
     print_blocks_per_superblock(&st, 32768);
+  } else if (strcmp(mode, "growsoon") == 0) {
+    /* Four batches of 2,048 blocks of 8 KiB (4 a superblock at first), each freed before the
+     * next: 16 MiB, past K and the spares, so each batch takes some 300 fresh superblocks, 900
+     * in all, fewer than the 1,024 an idle scan's period counts for longer superblocks. Then
+     * the blocks a superblock of the class holds, counted while the last batch is live. */
+    enum { PER = 2048 };
+    static void *q[PER];
+    for (int round = 0; round < 4; round++) {
+      for (int i = 0; i < PER; i++) {
+        q[i] = trove_malloc(8192);
+        if (q[i] == NULL) return 1;
+        memset(q[i], 1, 64);
+      }
+      if (round == 3) trove_stats_get(&st);
+      for (int i = 0; i < PER; i++) trove_free(q[i]);
+    }
+    print_blocks_per_superblock(&st, 8192);
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
     /* More than max(63, 8 per CPU) threads with a heap: the classes above 256 B come from
      * heaps the threads share, so far fewer superblocks of the 3 KiB class, and of the
