@@ -284,6 +284,22 @@ static void print_blocks_per_superblock(const trove_stats_t *st, size_t block_si
              st->classes[c].blocks_capacity / (st->classes[c].superblocks ? st->classes[c].superblocks : 1));
 }
 
+/* `rounds` batches of `per` blocks of `size` (at most 2,048), each written and freed before
+ * the next; the statistics while the last batch is live. False if a malloc failed. */
+static bool batches(size_t size, int per, int rounds, trove_stats_t *st) {
+  static void *q[2048];
+  for (int round = 0; round < rounds; round++) {
+    for (int i = 0; i < per; i++) {
+      q[i] = trove_malloc(size);
+      if (q[i] == NULL) return false;
+      memset(q[i], 1, 64);
+    }
+    if (round == rounds - 1) trove_stats_get(st);
+    for (int i = 0; i < per; i++) trove_free(q[i]);
+  }
+  return true;
+}
+
 static pthread_t *start_threads(int n, void *(*fn)(void *)) {
   pthread_t *t = malloc(sizeof *t * (size_t)n);
   pthread_attr_t attr;
@@ -539,35 +555,14 @@ int main(int argc, char **argv) {
      * fresh ones are carved), or 16 (512 KiB, within K: the same superblocks serve every
      * batch). Then the blocks a superblock of the class holds, counted while the last batch
      * is live. */
-    enum { MAX = 1024 };
-    static void *q[MAX];
-    int per = strcmp(mode, "grow") == 0 ? MAX : 16;
-    for (int round = 0; round < 200; round++) {
-      for (int i = 0; i < per; i++) {
-        q[i] = trove_malloc(32768);
-        if (q[i] == NULL) return 1;
-        memset(q[i], 1, 64);
-      }
-      if (round == 199) trove_stats_get(&st);
-      for (int i = 0; i < per; i++) trove_free(q[i]);
-    }
+    if (!batches(32768, strcmp(mode, "grow") == 0 ? 1024 : 16, 200, &st)) return 1;
     print_blocks_per_superblock(&st, 32768);
   } else if (strcmp(mode, "growsoon") == 0) {
     /* Four batches of 2,048 blocks of 8 KiB (4 a superblock at first), each freed before the
      * next: 16 MiB, past K and the spares, so each batch takes some 300 fresh superblocks, 900
      * in all, fewer than the 1,024 an idle scan's period counts for longer superblocks. Then
      * the blocks a superblock of the class holds, counted while the last batch is live. */
-    enum { PER = 2048 };
-    static void *q[PER];
-    for (int round = 0; round < 4; round++) {
-      for (int i = 0; i < PER; i++) {
-        q[i] = trove_malloc(8192);
-        if (q[i] == NULL) return 1;
-        memset(q[i], 1, 64);
-      }
-      if (round == 3) trove_stats_get(&st);
-      for (int i = 0; i < PER; i++) trove_free(q[i]);
-    }
+    if (!batches(8192, 2048, 4, &st)) return 1;
     print_blocks_per_superblock(&st, 8192);
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
     /* More than max(63, 8 per CPU) threads with a heap: the classes above 256 B come from
