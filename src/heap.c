@@ -3168,9 +3168,9 @@ static void *borrow(trove_heap_t *h, size_t cls) {
  * 1/SB_GROW_WINDOWS of the purge delay, at the same rate, and they grow in its first rounds:
  * rptest 1.10-1.22x as fast at 1 thread (`--scale 0.3` and 1), 1.15x at 2, peak RSS 10.1 ->
  * 10.6 MiB and 20.1 -> 21.9 (tcmalloc 15.8 and 28.8); the suite's other programs within
- * their noise, in time and peak RSS (docs/BENCHMARKS.md, sixty-first session). Not for 2 blocks a superblock
- * (above 16 KiB): counted so, workset-wide (a random working set up to 32 KiB) grew its 32
- * KiB class and its peak RSS 7% (12.7 -> 13.6 MiB). */
+ * their noise, in time and peak RSS (docs/BENCHMARKS.md, sixty-first session). Not for 2
+ * blocks a superblock (above 16 KiB, size_class.c): counted so, workset-wide (a random
+ * working set up to 32 KiB) grew its 32 KiB class and its peak RSS 7% (12.7 -> 13.6 MiB). */
 #define SB_GROW_AFTER 1024
 #define SB_GROW_WINDOWS 16                   /* a window: PURGE_DELAY_MS / 16 (2 * 1024 / 16 in it) */
 #define SB_GROW_WINDOW_MAX 16384
