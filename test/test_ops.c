@@ -185,20 +185,21 @@ static void other_thread(in_t *in) {
 /* Misuse under TROVE_ON_MISUSE=warn (misuse_warn): a double free right after the free, or a
  * free of an interior or foreign pointer, is reported and changes nothing else: the model's
  * blocks keep their patterns and no block is handed out twice. The reports go to /dev/null
- * meanwhile (a CHECK that fails prints after stderr is back). */
+ * meanwhile, and so would a sanitizer's or a crash's: a run that fails silently is run again
+ * with OPS_LOUD=1 set, which keeps stderr. */
 static bool misuse_warn;
 static size_t misuses;
 static void misuse(slot_t *s, unsigned how) {
   misuses++;
   static int null_fd = -1;
-  if (null_fd < 0) null_fd = open("/dev/null", O_WRONLY);
+  if (null_fd < 0) null_fd = getenv("OPS_LOUD") ? 2 : open("/dev/null", O_WRONLY);
+  if (s->p) check_prefix(s, s->size, "before a misuse");
   fflush(stderr);
   int saved = dup(2);
   CHECK(null_fd >= 0 && saved >= 0 && dup2(null_fd, 2) == 2);
   char local[32];
   if (how % 3 == 0 && s->p) {              /* double free */
     unsigned char *p = s->p;
-    check_prefix(s, s->size, "before a double free");
     T_FREE(p);
     s->p = NULL;
     T_FREE(p);
