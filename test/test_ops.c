@@ -10,8 +10,9 @@
  * memalign with good and bad alignments, valloc and pvalloc, free, a write of the whole usable
  * size, frees and mallocs by a short-lived second thread (remote frees, blocks outliving their
  * thread), overflowing calloc, reallocarray and malloc, trove_collect and malloc_trim, bursts
- * in one class freed out of order, and with TROVE_ON_MISUSE=warn double frees and frees of
- * interior and foreign pointers (each must be reported and change nothing else).
+ * in one class freed out of order, fork (the child frees what it inherited and allocates in
+ * two threads), and with TROVE_ON_MISUSE=warn double frees and frees of interior and
+ * foreign pointers (each must be reported and change nothing else).
  * After each call the model checks what C, POSIX and glibc promise: non-NULL below 64 MiB,
  * alignment, usable size at least the request, no overlap with any live block, calloc's
  * zeroes, realloc keeping the prefix, errno and the pointer left alone on EINVAL, ENOMEM on
@@ -225,6 +226,47 @@ static void collect(void) {
 #endif
 }
 
+/* A fork: the child checks and frees the blocks it inherited, mallocs, reallocs and frees in
+ * two threads, and exits 0; it must not hang (alarm) or fail. The parent's blocks stay. */
+static void *child_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 64; i++) {
+    void *p = T_MALLOC((size_t)(i * 997) % 70000);
+    CHECK(p != NULL);
+    T_FREE(p);
+  }
+  return NULL;
+}
+
+static size_t forks;
+static void fork_child(in_t *in) {
+  forks++;
+  size_t size = get_size(in) % (2 << 20);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    alarm(60);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, child_thread, NULL) == 0);
+    for (int i = 0; i < SLOTS; i++)
+      if (slots[i].p && (i & 1)) drop(&slots[i]);
+    void *p = T_MALLOC(size);
+    check_new(p, size, 0, "malloc after fork");
+    p = T_REALLOC(p, size * 2 + 1);
+    CHECK(p != NULL);
+    T_FREE(p);
+    CHECK(pthread_join(t, NULL) == 0);
+    for (int i = 0; i < SLOTS; i++) drop(&slots[i]);
+    _exit(0);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child of fork() failed: status 0x%x",
+         status);
+}
+
 /* ---- one input ---- */
 static void run(const uint8_t *data, size_t len) {
   static int env = -1;
@@ -235,7 +277,7 @@ static void run(const uint8_t *data, size_t len) {
   }
   in_t in = {data, len, 0};
   while (in.i < in.n) {
-    unsigned op = get8(&in) % 21;
+    unsigned op = get8(&in) % 22;
     slot_t *s = &slots[get8(&in) % SLOTS];
     switch (op) {
     case 0: case 1: case 2: {
@@ -368,6 +410,9 @@ static void run(const uint8_t *data, size_t len) {
     case 18:
       if (misuse_warn) misuse(s, get8(&in));
       break;
+    case 19:
+      if (get8(&in) % 4 == 0) fork_child(&in);
+      break;
     case 16:
       if (get8(&in) % 4 == 0) collect();
       else T_MALLOC_TRIM(0);
@@ -418,8 +463,8 @@ int main(int argc, char **argv) {
     run(buf, n);
   }
   T_FREE(buf);
-  printf("test_ops (%s): %zu inputs of up to %zu bytes, seed %llu, %zu misuses: ok\n", T_MODE,
-         inputs, length, (unsigned long long)seed, misuses);
+  printf("test_ops (%s): %zu inputs of up to %zu bytes, seed %llu, %zu forks, %zu misuses: ok\n",
+         T_MODE, inputs, length, (unsigned long long)seed, forks, misuses);
   return 0;
 }
 #endif
