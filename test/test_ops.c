@@ -11,8 +11,9 @@
  * size, frees and mallocs by a short-lived second thread (remote frees, blocks outliving their
  * thread), overflowing calloc, reallocarray and malloc, trove_collect and malloc_trim, bursts
  * in one class freed out of order, fork (the child frees what it inherited and allocates in
- * two threads), and with TROVE_ON_MISUSE=warn double frees and frees of interior and
- * foreign pointers (each must be reported and change nothing else).
+ * two threads), the statistics and reports (in use at least the live blocks), and with
+ * TROVE_ON_MISUSE=warn double frees and frees of interior and foreign pointers (each must be
+ * reported and change nothing else).
  * After each call the model checks what C, POSIX and glibc promise: non-NULL below 64 MiB,
  * alignment, usable size at least the request, no overlap with any live block, calloc's
  * zeroes, realloc keeping the prefix, errno and the pointer left alone on EINVAL, ENOMEM on
@@ -267,6 +268,36 @@ static void fork_child(in_t *in) {
          status);
 }
 
+/* The statistics against the model: bytes in use at least the live blocks' (other blocks of
+ * the process, remote frees not yet collected and class rounding only add to it), held at
+ * least in use, no class with more live blocks than it has room for; and the other reports
+ * write without failing. Not under preload (trove's own names would need dlsym). */
+static void stats_check(unsigned how) {
+#ifndef TROVE_TEST_PRELOAD
+  static trove_stats_t st;
+  trove_stats_get(&st);
+  size_t live = 0;
+  for (int i = 0; i < SLOTS; i++)
+    if (slots[i].p) live += slots[i].size;
+  CHECKF(st.in_use >= live, "stats: in use %zu < the live blocks' %zu", st.in_use, live);
+  CHECKF(st.held >= st.in_use, "stats: held %zu < in use %zu", st.held, st.in_use);
+  for (int c = 0; c < TROVE_STATS_CLASSES && st.classes[c].block_size; c++)
+    CHECKF(st.classes[c].blocks_in_use <= st.classes[c].blocks_capacity,
+           "stats: class %zu B: %zu live in %zu", st.classes[c].block_size,
+           st.classes[c].blocks_in_use, st.classes[c].blocks_capacity);
+  if (how % 8 == 0) {
+    FILE *f = fopen("/dev/null", "w");
+    CHECK(f != NULL);
+    CHECK(trove_malloc_info(0, f) == 0);
+    trove_stats_print(f);
+    fclose(f);
+    CHECK(trove_heap_map_write("/dev/null") == 0);
+  }
+#else
+  (void)how;
+#endif
+}
+
 /* ---- one input ---- */
 static void run(const uint8_t *data, size_t len) {
   static int env = -1;
@@ -412,6 +443,7 @@ static void run(const uint8_t *data, size_t len) {
       break;
     case 19:
       if (get8(&in) % 4 == 0) fork_child(&in);
+      else stats_check(get8(&in));
       break;
     case 16:
       if (get8(&in) % 4 == 0) collect();
