@@ -248,6 +248,7 @@ static void fork_child(in_t *in) {
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
+    signal(SIGALRM, SIG_DFL);              /* a hang kills the child (libFuzzer has a handler) */
     alarm(60);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, child_thread, NULL) == 0);
@@ -263,7 +264,10 @@ static void fork_child(in_t *in) {
     _exit(0);
   }
   int status;
-  CHECK(waitpid(pid, &status, 0) == pid);
+  pid_t got;
+  while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }                                        /* libFuzzer's timer interrupts the wait */
+  CHECK(got == pid);
   CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child of fork() failed: status 0x%x",
          status);
 }
