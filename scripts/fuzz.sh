@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-300}
 shift || true
-if ! command -v clang >/dev/null || ! clang -fsanitize=fuzzer -x c /dev/null -o /dev/null \
+if ! command -v clang >/dev/null || ! clang -fsanitize=fuzzer -x c - -o /dev/null \
     2>/dev/null <<<'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }'; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo
