@@ -54,7 +54,7 @@ static unsigned get16(in_t *in) {
 
 /* A size near a boundary: 64 KiB (small/medium), 1 MiB (medium/large), 4 MiB (a segment),
  * or a page multiple. */
-static size_t small_edge(unsigned v, int delta) {
+static size_t edge_size(unsigned v, int delta) {
   static const size_t edges[] = {(size_t)64 << 10, (size_t)1 << 20, (size_t)4 << 20, 8192,
                                  4096, 16384, 32768, (size_t)128 << 10};
   size_t s = edges[v % (sizeof edges / sizeof edges[0])];
@@ -74,14 +74,13 @@ static size_t get_size(in_t *in) {
     size_t s = (size_t)1 << (4 + v % 21);                 /* 16 B .. 16 MiB */
     return (size_t)((ptrdiff_t)s + delta) > 0 ? (size_t)((ptrdiff_t)s + delta) : 0;
   }
-  case 5: return small_edge(v, delta);
+  case 5: return edge_size(v, delta);
   case 6: return ((size_t)64 << 10) + (size_t)v * 15;     /* medium: 64 KiB .. ~1 MiB */
   default:
     if (k == 63) return ((size_t)8 << 20) + (size_t)v * 768;   /* 8-56 MiB, rare */
     return ((size_t)1 << 20) + (size_t)v * 64;            /* large: 1-5 MiB */
   }
 }
-
 
 static size_t get_align(in_t *in) {
   unsigned v = get8(in);
@@ -94,8 +93,8 @@ static unsigned char pat(uint64_t seed, size_t off) {
   return (unsigned char)th_mix64(seed ^ (off * 0x9E3779B97F4A7C15ull));
 }
 
-/* Calls f(off) for the sampled offsets below n: the first and last 128 bytes and one per
- * 4 KiB (per 64 KiB past 1 MiB, so that a 50 MiB block is not all faulted in). */
+/* Runs `body` with `off` at each sampled offset below n: the first and last 128 bytes and
+ * one per 4 KiB (per 64 KiB past 1 MiB, so that a 50 MiB block is not all faulted in). */
 #define FOR_SAMPLES(n, off, body)                                                           \
   do {                                                                                      \
     size_t n_ = (n), step_ = n_ > ((size_t)1 << 20) ? (size_t)64 << 10 : 4096;              \
