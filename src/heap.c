@@ -3201,9 +3201,67 @@ static void sb_grow(trove_heap_t *h, size_t cls) {
 static void grow_decay(trove_heap_t *h) {
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     trove_class_lists_t *l = &h->lists[c];
-    if (l->fresh == 0 && l->grow) l->grow--;
+    if (l->fresh == 0 && l->cycled == 0 && l->grow) l->grow--;
     l->fresh = l->churn = 0;
+    l->cycled = 0;
   }
+}
+
+/* Longer superblocks, too, for a class whose superblocks a thread fills and empties in turn
+ * at a high rate from its own empty ones (take_own), without fresh pages: a loop that
+ * allocates a batch of blocks and then frees them all (glibc's bench-malloc-simple, a
+ * request's buffers). Above 1 KiB a superblock holds 4-28 blocks, and each one's round
+ * trip took about 600 instructions of slow paths (three state changes on its way down to
+ * empty, then the malloc's switch to it: take_own, the empty list under the cache's lock,
+ * the full list for the one it replaces), 72 a malloc/free pair in 100 blocks of 4 KiB
+ * allocated then freed (124 in all; tcmalloc 70). So once a heap has taken back
+ * SB_CYCLE_AFTER such empty ones of a class within a window (1/SB_GROW_WINDOWS of the purge
+ * delay: about 65,000 a second, where the trips are a visible share of the time), its next
+ * ones are twice as long, up to SB_GROW_MAX_PAGES and SB_CYCLE_MAX_BLOCKS, and the shorter
+ * empty ones it takes back go to the page heap; an idle scan that finds neither these nor
+ * fresh ones taken shortens them again (grow_decay). That loop: 69 instructions a pair, and
+ * 1.30x as fast; with 8 KiB blocks 1.5-1.9x, 2 KiB 1.2x (tcmalloc 2.1x, 1.4x; docs/
+ * BENCHMARKS.md, sixty-third session). Counted only for a superblock whose
+ * free list runs in address order at its head (blocks freed in the order they were
+ * allocated, or the reverse: a batch torn down whole), where a longer superblock strands no
+ * free block: counted for every empty one taken back, at 128 a window, shbench-large (8 B -
+ * 16 KiB at random) held 5-8% more peak RSS and xmalloc 13-18%; at 1,024 a window, but
+ * counted for every one, shbench-large and rptest at 2 threads 5-7%. Not above 16 KiB,
+ * where sb_grow counts over a whole period; and not where a superblock holds 32 blocks or
+ * more (those of 1 KiB and less), which also stops parking (see park). */
+#define SB_CYCLE_AFTER 1024
+#define SB_CYCLE_MAX_BLOCKS 32
+static bool freed_in_order(const trove_sb_t *sb) {
+  const trove_block_t *b = sb->free;
+  bool ordered = b != NULL;
+  for (int k = 0; k < 3 && ordered && b->next != NULL; k++, b = b->next) {
+    uintptr_t d = (uintptr_t)b->next - (uintptr_t)b;
+    ordered = d == sb->bsize || d == -(uintptr_t)sb->bsize;
+  }
+  return ordered;
+}
+
+/* `e`, an empty superblock of the class just taken back by its heap: counts the trip, and
+ * says whether `e` is shorter than the class's superblocks now are (then the caller gives it
+ * to the page heap and takes a longer one). */
+static bool sb_cycle(trove_heap_t *h, const trove_sb_t *e) {
+  size_t cls = e->cls, bs = _trove_class_size[cls];
+  if (bs > SB_GROW_WINDOW_MAX || e->capacity >= PARK_CAP) return false;
+  trove_class_lists_t *l = &h->lists[cls];
+  if (freed_in_order(e)) {
+    uint32_t now = (uint32_t)h->now_ms;
+    if (now - l->cycled_ms > (uint32_t)((uint64_t)TROVE_OPT(PURGE_DELAY_MS) / SB_GROW_WINDOWS)) {
+      l->cycled_ms = now;
+      l->cycled = 0;
+    }
+    if (++l->cycled >= SB_CYCLE_AFTER) {
+      l->cycled = 0;
+      size_t pages = (size_t)_trove_class_pages[cls] << (l->grow + 1);
+      if (pages <= SB_GROW_MAX_PAGES && (pages << TROVE_PAGE_SHIFT) / bs <= SB_CYCLE_MAX_BLOCKS)
+        l->grow++;
+    }
+  }
+  return l->grow != 0 && e->npages < ((size_t)_trove_class_pages[cls] << l->grow);
 }
 
 /* The heap's own superblock of class `cls` to become current, if it has one: the fullest of
@@ -3233,7 +3291,12 @@ static trove_sb_t *take_own(trove_heap_t *h, size_t cls) {
     return best;
   }
   trove_sb_t *e = empty_count_cls(h, cls) != 0 ? empty_take(h, of_class, cls, 0) : NULL;
-  if (e) recarve_if_scattered(e);
+  if (e == NULL) return NULL;
+  if (sb_cycle(h, e)) {
+    sb_release(e, false);
+    return NULL;
+  }
+  recarve_if_scattered(e);
   return e;
 }
 

@@ -336,6 +336,10 @@ typedef struct trove_class_lists_s {
   uint8_t grow, churn;
   uint16_t fresh;
   uint32_t fresh_ms;
+  /* heap.c, sb_cycle: empty ones taken back whole, freed in order, since cycled_ms (the
+   * heap's clock, truncated) */
+  uint16_t cycled;
+  uint32_t cycled_ms;
   trove_sb_t *partial_tail;
   uint64_t parked_at;                      /* heap.c, park: when a block was last parked on
                                               the current superblock (ms, a tick's), 0: none

@@ -287,6 +287,14 @@ check("32 KiB blocks in batches past K: longer superblocks (up to 16 blocks)",
 p = run("growsoon", TROVE_PURGE_DELAY_MS=60000)
 check("8 KiB blocks in four batches past K: longer superblocks already (4 blocks at first)",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 8, p.stdout[:200])
+# batches of blocks above 1 KiB freed in order grow their superblocks from the empty ones a
+# thread takes back at a high rate (heap.c, sb_cycle), and batches freed at random do not
+p = run("cycle", TROVE_PURGE_DELAY_MS=60000)
+check("4 KiB blocks in batches freed in order: longer superblocks (8 blocks at first)",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 16, p.stdout[:200])
+p = run("cyclerandom", TROVE_PURGE_DELAY_MS=60000)
+check("4 KiB blocks in batches freed at random: superblocks of 8 blocks",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 8, p.stdout[:200])
 p = run("unshared")
 check("8 threads: a superblock of the 3 KiB class each (2 blocks)",
       p.returncode == 0 and value(p.stdout, "superblocks") >= 8, p.stdout[:300])
