@@ -996,6 +996,8 @@ static void make_sparse(trove_heap_t *h, trove_sb_t *sb) {
  * thread) took 0.51 s with it and 0.28 s without at 2 threads, for the same RSS. The cost is
  * mtmalloctest's peak RSS, 7% higher; sizesweep, stability and reallocgrow moved by 0-2%. */
 static void sb_underflow(trove_heap_t *h, trove_sb_t *sb) {
+  sb->together = h->last_underflow == sb;  /* see sb_cycle */
+  h->last_underflow = sb;
   /* A superblock claimed from another heap (abandon_full) that empties goes on at once
    * rather than counting towards K: the thread that freed its blocks may never allocate
    * their class (a consumer), and kept there its pages waited while the threads that
@@ -3220,15 +3222,17 @@ static void grow_decay(trove_heap_t *h) {
  * ones are twice as long, up to SB_GROW_MAX_PAGES and SB_CYCLE_MAX_BLOCKS, and the shorter
  * empty ones it takes back go to the page heap; an idle scan that finds neither these nor
  * fresh ones taken shortens them again (grow_decay). That loop: 69 instructions a pair, and
- * 1.30x as fast; with 8 KiB blocks 1.5-1.9x, 2 KiB 1.2x (tcmalloc 2.1x, 1.4x; docs/
- * BENCHMARKS.md, sixty-third session). Counted only for a superblock whose
- * free list runs in address order at its head (blocks freed in the order they were
- * allocated, or the reverse: a batch torn down whole), where a longer superblock strands no
- * free block: counted for every empty one taken back, at 128 a window, shbench-large (8 B -
- * 16 KiB at random) held 5-8% more peak RSS and xmalloc 13-18%; at 1,024 a window, but
- * counted for every one, shbench-large and rptest at 2 threads 5-7%. Not above 16 KiB,
- * where sb_grow counts over a whole period; and not where a superblock holds 32 blocks or
- * more (those of 1 KiB and less), which also stops parking (see park). */
+ * 1.30x as fast; with 8 KiB blocks 1.5-1.9x, 2 KiB 1.2x, 32 KiB (2 a superblock) 1.3-2.1x
+ * (tcmalloc 2.1x, 1.4x, 1.9-2.5x; docs/BENCHMARKS.md, sixty-third session). Counted only
+ * for a superblock that a batch torn down whole emptied, where a longer superblock strands
+ * no free block: one whose free list runs in address order at its head (blocks freed in
+ * the order they were allocated, or the reverse), or where it holds 2 or 3 blocks (whose
+ * lists are always so) one whose last two slow frees came one after the other
+ * (`together`, set by sb_underflow). Counted for every empty one taken back, at 128 a
+ * window, shbench-large (8 B - 16 KiB at random) held 5-8% more peak RSS and xmalloc
+ * 13-18%; at 1,024 a window, but counted for every one, shbench-large and rptest at 2
+ * threads 5-7%. Not where a superblock holds 32 blocks or more (those of 1 KiB and less),
+ * which also stops parking (see park). */
 #define SB_CYCLE_AFTER 1024
 #define SB_CYCLE_MAX_BLOCKS 32
 static bool freed_in_order(const trove_sb_t *sb) {
@@ -3246,9 +3250,9 @@ static bool freed_in_order(const trove_sb_t *sb) {
  * to the page heap and takes a longer one). */
 static bool sb_cycle(trove_heap_t *h, const trove_sb_t *e) {
   size_t cls = e->cls, bs = _trove_class_size[cls];
-  if (bs > SB_GROW_WINDOW_MAX || e->capacity >= PARK_CAP) return false;
+  if (e->capacity >= PARK_CAP) return false;
   trove_class_lists_t *l = &h->lists[cls];
-  if (freed_in_order(e)) {
+  if (e->capacity < 4 ? e->together : freed_in_order(e)) {
     uint32_t now = (uint32_t)h->now_ms;
     if (now - l->cycled_ms > (uint32_t)((uint64_t)TROVE_OPT(PURGE_DELAY_MS) / SB_GROW_WINDOWS)) {
       l->cycled_ms = now;

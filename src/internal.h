@@ -157,6 +157,8 @@ typedef struct trove_sb_s {
   uint8_t pool_empty : 1;      /* pool: entered it empty and carved (see heap.c, pool_empties) */
   uint8_t kept : 1;            /* its heap took it back after abandoning it: not abandoned again */
   uint8_t claimed : 1;         /* taken up from the heap that abandoned it: empty, it goes on */
+  uint8_t together : 1;        /* its last slow free came right after the one before it
+                                  (heap.c, sb_underflow and sb_cycle) */
   uint16_t sparse_at;          /* fewer live blocks than this: f-empty (Hoard), see heap.c */
   _Atomic(int32_t) pool_live;  /* pool: live blocks not yet freed (a hint, see heap.c) */
   union {
@@ -416,6 +418,8 @@ typedef struct trove_heap_s {
                                               the fresh runs it took itself since */
   uint64_t fresh_others_ms;                /* when it last saw that other threads took some */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
+  const trove_sb_t *last_underflow;        /* the last superblock a local free slow-pathed
+                                              (heap.c, sb_underflow; compared, not read) */
   uint32_t refills;                        /* quick refills left before a slow malloc */
   bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs;
                                             * owner-only, apart from the flags others read */

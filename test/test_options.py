@@ -277,7 +277,7 @@ check("TROVE_COLOUR=1: heads of 4/8/16 KiB blocks on at least 32 of 64 sets, ali
       p.returncode == 0 and value(p.stdout, "head_sets") >= 32
       and value(p.stdout, "page_aligned") == 1, p.stdout[:200])
 p = run("nogrow", TROVE_PURGE_DELAY_MS=60000)
-check("32 KiB blocks reused within K: superblocks of 2 blocks",
+check("32 KiB blocks reused within K, freed at random: superblocks of 2 blocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 2, p.stdout[:200])
 p = run("grow", TROVE_PURGE_DELAY_MS=60000)
 check("32 KiB blocks in batches past K: longer superblocks (up to 16 blocks)",
@@ -292,6 +292,9 @@ check("8 KiB blocks in four batches past K: longer superblocks already (4 blocks
 p = run("cycle", TROVE_PURGE_DELAY_MS=60000)
 check("4 KiB blocks in batches freed in order: longer superblocks (8 blocks at first)",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 16, p.stdout[:200])
+p = run("cycle2", TROVE_PURGE_DELAY_MS=60000)
+check("32 KiB blocks reused within K, freed in order: longer superblocks (2 blocks at first)",
+      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 3, p.stdout[:200])
 p = run("cyclerandom", TROVE_PURGE_DELAY_MS=60000)
 check("4 KiB blocks in batches freed at random: superblocks of 8 blocks",
       p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 8, p.stdout[:200])

@@ -285,9 +285,11 @@ static void print_blocks_per_superblock(const trove_stats_t *st, size_t block_si
 }
 
 /* `rounds` batches of `per` blocks of `size` (at most 2,048), each written and freed before
- * the next; the statistics while the last batch is live. False if a malloc failed. */
-static bool batches(size_t size, int per, int rounds, trove_stats_t *st) {
+ * the next, in the order they were allocated or (`shuffle`) in a shuffled order; the
+ * statistics while the last batch is live. False if a malloc failed. */
+static bool batches(size_t size, int per, int rounds, bool shuffle, trove_stats_t *st) {
   static void *q[2048];
+  uint64_t x = 88172645463325252ull;
   for (int round = 0; round < rounds; round++) {
     for (int i = 0; i < per; i++) {
       q[i] = trove_malloc(size);
@@ -295,6 +297,13 @@ static bool batches(size_t size, int per, int rounds, trove_stats_t *st) {
       memset(q[i], 1, 64);
     }
     if (round == rounds - 1) trove_stats_get(st);
+    for (int i = per - 1; shuffle && i > 0; i--) {   /* Fisher-Yates, xorshift */
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      int j = (int)(x % (uint64_t)(i + 1));
+      void *t = q[i];
+      q[i] = q[j];
+      q[j] = t;
+    }
     for (int i = 0; i < per; i++) trove_free(q[i]);
   }
   return true;
@@ -549,13 +558,17 @@ int main(int argc, char **argv) {
       trove_free(p);
     }
     printf("head_sets=%zu\npage_aligned=%d\n", fewest, aligned);
-  } else if (strcmp(mode, "grow") == 0 || strcmp(mode, "nogrow") == 0) {
+  } else if (strcmp(mode, "grow") == 0 || strcmp(mode, "nogrow") == 0 ||
+             strcmp(mode, "cycle2") == 0) {
     /* Batches of 32 KiB blocks (2 a superblock at first), all freed: 1,024 a batch (32 MiB,
      * far past K and the heap's spare superblocks, so empty superblocks leave the heap and
      * fresh ones are carved), or 16 (512 KiB, within K: the same superblocks serve every
-     * batch). Then the blocks a superblock of the class holds, counted while the last batch
-     * is live. */
-    if (!batches(32768, strcmp(mode, "grow") == 0 ? 1024 : 16, 200, &st)) return 1;
+     * batch), freed in a shuffled order (nogrow: the two blocks of a superblock seldom one
+     * after the other) or in order (cycle2, 400 batches: 3,200 superblocks emptied by two
+     * frees in a row and taken back). Then the blocks a superblock of the class holds,
+     * counted while the last batch is live. */
+    bool grow = strcmp(mode, "grow") == 0, nogrow = strcmp(mode, "nogrow") == 0;
+    if (!batches(32768, grow ? 1024 : 16, grow || nogrow ? 200 : 400, nogrow, &st)) return 1;
     print_blocks_per_superblock(&st, 32768);
   } else if (strcmp(mode, "cycle") == 0 || strcmp(mode, "cyclerandom") == 0) {
     /* 600 batches of 100 blocks of 4 KiB (8 a superblock at first, 400 KiB a batch: within
@@ -587,7 +600,7 @@ int main(int argc, char **argv) {
      * next: 16 MiB, past K and the spares, so each batch takes some 300 fresh superblocks, 900
      * in all, fewer than the 1,024 an idle scan's period counts for longer superblocks. Then
      * the blocks a superblock of the class holds, counted while the last batch is live. */
-    if (!batches(8192, 2048, 4, &st)) return 1;
+    if (!batches(8192, 2048, 4, false, &st)) return 1;
     print_blocks_per_superblock(&st, 8192);
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
     /* More than max(63, 8 per CPU) threads with a heap: the classes above 256 B come from
