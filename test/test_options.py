@@ -262,9 +262,6 @@ check("more than 5 threads per CPU: short first superblocks",
 check("more than 5 threads per CPU: the medium caches share 2 MiB per CPU",
       p.returncode == 0 and
       value(p.stdout, "medium_cached_kib") <= 2048 * value(p.stdout, "cpus"), p.stdout[:200])
-# superblocks of a class grow while a thread keeps carving fresh ones and giving empty ones
-# back (heap.c, sb_grow); a long purge delay, so that the idle scan (every half delay) cannot
-# shrink them back during a slow (sanitized) run
 # cache colour (size_class.c): by default blocks of a multiple of 4 KiB start on a page, all
 # on one set of the first-level cache; TROVE_COLOUR=1 spreads their heads over the sets, and
 # page-aligned requests of those sizes still get pages
@@ -276,28 +273,29 @@ p = run("colour", TROVE_COLOUR=1)
 check("TROVE_COLOUR=1: heads of 4/8/16 KiB blocks on at least 32 of 64 sets, aligned on pages",
       p.returncode == 0 and value(p.stdout, "head_sets") >= 32
       and value(p.stdout, "page_aligned") == 1, p.stdout[:200])
-p = run("nogrow", TROVE_PURGE_DELAY_MS=60000)
-check("32 KiB blocks reused within K, freed at random: superblocks of 2 blocks",
-      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 2, p.stdout[:200])
-p = run("grow", TROVE_PURGE_DELAY_MS=60000)
-check("32 KiB blocks in batches past K: longer superblocks (up to 16 blocks)",
-      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 8, p.stdout[:200])
-# up to 16 KiB the rate is counted over 1/16 of the purge delay: 900 fresh superblocks of 8
-# KiB blocks in four batches (fewer than the 1,024 of a whole idle-scan period) grow them
-p = run("growsoon", TROVE_PURGE_DELAY_MS=60000)
-check("8 KiB blocks in four batches past K: longer superblocks already (4 blocks at first)",
-      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 8, p.stdout[:200])
-# batches of blocks above 1 KiB freed in order grow their superblocks from the empty ones a
-# thread takes back at a high rate (heap.c, sb_cycle), and batches freed at random do not
-p = run("cycle", TROVE_PURGE_DELAY_MS=60000)
-check("4 KiB blocks in batches freed in order: longer superblocks (8 blocks at first)",
-      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 16, p.stdout[:200])
-p = run("cycle2", TROVE_PURGE_DELAY_MS=60000)
-check("32 KiB blocks reused within K, freed in order: longer superblocks (2 blocks at first)",
-      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") >= 3, p.stdout[:200])
-p = run("cyclerandom", TROVE_PURGE_DELAY_MS=60000)
-check("4 KiB blocks in batches freed at random: superblocks of 8 blocks",
-      p.returncode == 0 and value(p.stdout, "blocks_per_superblock") == 8, p.stdout[:200])
+# a class's superblocks grow while a thread keeps carving fresh ones and giving empty ones
+# back (heap.c, sb_grow; up to 16 KiB the rate is counted over 1/16 of the purge delay: 900
+# fresh superblocks of 8 KiB blocks in four batches, fewer than the 1,024 of a whole
+# idle-scan period, grow them), and while it takes back at a high rate empty ones that a
+# batch freed whole emptied (heap.c, sb_cycle), but not ones that batches freed at random
+# emptied; the blocks a superblock of the class holds, on average. A long purge delay, so
+# that the idle scan (every half delay) cannot shrink them back during a slow run.
+for mode, what, ok in [
+        ("nogrow", "32 KiB blocks reused within K, freed at random: superblocks of 2 blocks",
+         lambda n: n == 2),
+        ("grow", "32 KiB blocks in batches past K: longer superblocks (up to 16 blocks)",
+         lambda n: n >= 8),
+        ("growsoon", "8 KiB blocks in four batches past K: longer superblocks already "
+         "(4 blocks at first)", lambda n: n >= 8),
+        ("cycle", "4 KiB blocks in batches freed in order: longer superblocks (8 blocks at "
+         "first)", lambda n: n >= 16),
+        ("cycle2", "32 KiB blocks reused within K, freed in order: longer superblocks (2 "
+         "blocks at first)", lambda n: n >= 3),
+        ("cyclerandom", "4 KiB blocks in batches freed at random: superblocks of 8 blocks",
+         lambda n: n == 8)]:
+    p = run(mode, TROVE_PURGE_DELAY_MS=60000)
+    check(what, p.returncode == 0 and ok(value(p.stdout, "blocks_per_superblock")),
+          p.stdout[:200])
 p = run("unshared")
 check("8 threads: a superblock of the 3 KiB class each (2 blocks)",
       p.returncode == 0 and value(p.stdout, "superblocks") >= 8, p.stdout[:300])
