@@ -3212,9 +3212,9 @@ static void grow_decay(trove_heap_t *h) {
 /* Longer superblocks, too, for a class whose superblocks a thread fills and empties in turn
  * at a high rate from its own empty ones (take_own), without fresh pages: a loop that
  * allocates a batch of blocks and then frees them all (glibc's bench-malloc-simple, a
- * request's buffers). Above 1 KiB a superblock holds 4-28 blocks, and each one's round
- * trip took about 600 instructions of slow paths (three state changes on its way down to
- * empty, then the malloc's switch to it: take_own, the empty list under the cache's lock,
+ * request's buffers). Above 1 KiB a superblock holds 2-28 blocks, and each one's round
+ * trip took about 600 instructions of slow paths (two or three state changes on its way down
+ * to empty, then the malloc's switch to it: take_own, the empty list under the cache's lock,
  * the full list for the one it replaces), 72 a malloc/free pair in 100 blocks of 4 KiB
  * allocated then freed (124 in all; tcmalloc 70). So once a heap has taken back
  * SB_CYCLE_AFTER such empty ones of a class within a window (1/SB_GROW_WINDOWS of the purge

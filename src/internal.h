@@ -338,7 +338,7 @@ typedef struct trove_class_lists_s {
   uint8_t grow, churn;
   uint16_t fresh;
   uint32_t fresh_ms;
-  /* heap.c, sb_cycle: empty ones taken back whole, freed in order, since cycled_ms (the
+  /* heap.c, sb_cycle: empty ones that a batch freed whole, taken back since cycled_ms (the
    * heap's clock, truncated) */
   uint16_t cycled;
   uint32_t cycled_ms;
@@ -417,9 +417,9 @@ typedef struct trove_heap_s {
   uint64_t fresh_seen;                     /* _trove_pages_fresh() as of its last look, plus
                                               the fresh runs it took itself since */
   uint64_t fresh_others_ms;                /* when it last saw that other threads took some */
-  uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   const trove_sb_t *last_underflow;        /* the last superblock a local free slow-pathed
                                               (heap.c, sb_underflow; compared, not read) */
+  uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint32_t refills;                        /* quick refills left before a slow malloc */
   bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs;
                                             * owner-only, apart from the flags others read */
