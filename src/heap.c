@@ -3203,7 +3203,8 @@ static void sb_grow(trove_heap_t *h, size_t cls) {
 static void grow_decay(trove_heap_t *h) {
   for (size_t c = 1; c < TROVE_CLASSES; c++) {
     trove_class_lists_t *l = &h->lists[c];
-    if (l->fresh == 0 && l->cycled == 0 && l->grow) l->grow--;
+    if (l->fresh == 0 && l->grow) l->grow--;
+    if (l->cycled == 0 && l->cgrow) l->cgrow--;
     l->fresh = l->churn = 0;
     l->cycled = 0;
   }
@@ -3221,7 +3222,8 @@ static void grow_decay(trove_heap_t *h) {
  * delay: about 65,000 a second, where the trips are a visible share of the time), its next
  * ones are twice as long, up to SB_GROW_MAX_PAGES and SB_CYCLE_MAX_BLOCKS, and the shorter
  * empty ones it takes back go to the page heap; an idle scan that finds neither these nor
- * fresh ones taken shortens them again (grow_decay). That loop: 69 instructions a pair, and
+ * fresh ones taken shortens them again (grow_decay); the longer length is for those that
+ * replace the shorter ones or serve batches past K (find_superblock_rest). That loop: 69 instructions a pair, and
  * 1.30x as fast; with 8 KiB blocks 1.5-1.9x, 2 KiB 1.2x, 32 KiB (2 a superblock) 1.3-2.1x
  * (tcmalloc 2.1x, 1.4x, 1.9-2.5x; docs/BENCHMARKS.md, sixty-third session). Counted only
  * for a superblock that a batch torn down whole emptied, where a longer superblock strands
@@ -3260,12 +3262,12 @@ static bool sb_cycle(trove_heap_t *h, const trove_sb_t *e) {
     }
     if (++l->cycled >= SB_CYCLE_AFTER) {
       l->cycled = 0;
-      size_t pages = (size_t)_trove_class_pages[cls] << (l->grow + 1);
+      size_t pages = (size_t)_trove_class_pages[cls] << (l->cgrow + 1);
       if (pages <= SB_GROW_MAX_PAGES && (pages << TROVE_PAGE_SHIFT) / bs <= SB_CYCLE_MAX_BLOCKS)
-        l->grow++;
+        l->cgrow++;
     }
   }
-  return l->grow != 0 && e->npages < ((size_t)_trove_class_pages[cls] << l->grow);
+  return l->cgrow != 0 && e->npages < ((size_t)_trove_class_pages[cls] << l->cgrow);
 }
 
 /* The heap's own superblock of class `cls` to become current, if it has one: the fullest of
@@ -3298,6 +3300,7 @@ static trove_sb_t *take_own(trove_heap_t *h, size_t cls) {
   if (e == NULL) return NULL;
   if (sb_cycle(h, e)) {
     sb_release(e, false);
+    h->regrow = (uint8_t)cls;              /* find_superblock_rest: the longer one */
     return NULL;
   }
   recarve_if_scattered(e);
@@ -3330,6 +3333,15 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * heap, which serves many such threads, takes full-length ones (level with short ones on
    * manythreads: 100-800 threads within 1-2% in peak RSS and +-8% in time, 5 runs). */
   pages <<= h->lists[cls].grow;
+  /* sb_cycle's longer superblocks: to replace a shorter one it gave back, or while the heap
+   * gives empty ones of the class past K back (`churn`: batches larger than it keeps), but
+   * not for a working set that grows (fresh ones past its empty and spare ones), which
+   * would keep the longer ones long after the batches stop; spares of either length
+   * serve. */
+  size_t cycle = (size_t)_trove_class_pages[cls] << h->lists[cls].cgrow, longest = pages;
+  if ((h->regrow == cls || h->lists[cls].churn) && cycle > pages) pages = cycle;
+  h->regrow = 0;
+  if (cycle > longest) longest = cycle;
   size_t want = pages;
   /* `full` is empty in a class whose full superblocks were abandoned (abandon_full): such a
    * class borrows less (see the thirty-third session in docs/BENCHMARKS.md) */
@@ -3341,7 +3353,7 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
   bool other = false;
   for (size_t n = want; !other && n <= pages; n++) other = empty_count_len(h, n) != 0;
   /* a spare of the class next, as it is */
-  if ((best = spare_take(h, cls, false, want, pages)) != NULL) return best;
+  if ((best = spare_take(h, cls, false, want, longest)) != NULL) return best;
   if ((best = pool_adopt_any(h, cls)) != NULL) return best;
   if (other && (empty = empty_take(h, of_length, want, pages)) != NULL) {
     _trove_sb_init(empty, cls);              /* an empty one of another class: re-carve */

@@ -341,6 +341,8 @@ typedef struct trove_class_lists_s {
   /* heap.c, sb_cycle: empty ones that a batch freed whole, taken back since cycled_ms (the
    * heap's clock, truncated) */
   uint16_t cycled;
+  uint8_t cgrow;                           /* sb_cycle's: such batches' superblocks are
+                                              class_pages << cgrow long */
   uint32_t cycled_ms;
   trove_sb_t *partial_tail;
   uint64_t parked_at;                      /* heap.c, park: when a block was last parked on
@@ -421,6 +423,8 @@ typedef struct trove_heap_s {
                                               (heap.c, sb_underflow; compared, not read) */
   uint32_t tick;                           /* slow-path calls, to pace the clock reads */
   uint32_t refills;                        /* quick refills left before a slow malloc */
+  uint8_t regrow;                          /* the class whose next superblock replaces one
+                                              sb_cycle gave back (heap.c), 0: none */
   bool coarse;                             /* coarse classes (heap.c): threads crowd the CPUs;
                                             * owner-only, apart from the flags others read */
   uint64_t now_ms;                         /* the clock at the last tick (ms) */

@@ -292,7 +292,9 @@ for mode, what, ok in [
         ("cycle2", "32 KiB blocks reused within K, freed in order: longer superblocks (2 "
          "blocks at first)", lambda n: n >= 3),
         ("cyclerandom", "4 KiB blocks in batches freed at random: superblocks of 8 blocks",
-         lambda n: n == 8)]:
+         lambda n: n == 8),
+        ("cyclegrow", "a working set of 4 KiB blocks that grows after such batches: "
+         "superblocks of 8 blocks again", lambda n: n <= 9)]:
     p = run(mode, TROVE_PURGE_DELAY_MS=60000)
     check(what, p.returncode == 0 and ok(value(p.stdout, "blocks_per_superblock")),
           p.stdout[:200])

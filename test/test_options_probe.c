@@ -570,21 +570,23 @@ int main(int argc, char **argv) {
     bool grow = strcmp(mode, "grow") == 0, nogrow = strcmp(mode, "nogrow") == 0;
     if (!batches(32768, grow ? 1024 : 16, grow || nogrow ? 200 : 400, nogrow, &st)) return 1;
     print_blocks_per_superblock(&st, 32768);
-  } else if (strcmp(mode, "cycle") == 0 || strcmp(mode, "cyclerandom") == 0) {
+  } else if (strcmp(mode, "cycle") == 0 || strcmp(mode, "cyclerandom") == 0 ||
+             strcmp(mode, "cyclegrow") == 0) {
     /* 600 batches of 100 blocks of 4 KiB (8 a superblock at first, 400 KiB a batch: within
      * K, so the same superblocks serve every batch, emptied and taken back some 7,000 times
      * in all), freed in the order they were allocated, or in a shuffled order. Then the
-     * blocks a superblock of the class holds, counted while the last batch is live. */
-    static void *q[100];
+     * blocks a superblock of the class holds, counted while the last batch is live; or
+     * (cyclegrow) once 5,000 such blocks (20 MiB) are live after the batches. */
+    static void *q[100], *keep[5000];
     uint64_t x = 88172645463325252ull;
-    bool shuffle = strcmp(mode, "cyclerandom") == 0;
+    bool shuffle = strcmp(mode, "cyclerandom") == 0, grow = strcmp(mode, "cyclegrow") == 0;
     for (int round = 0; round < 600; round++) {
       for (int i = 0; i < 100; i++) {
         q[i] = trove_malloc(4096);
         if (q[i] == NULL) return 1;
         memset(q[i], 1, 64);
       }
-      if (round == 599) trove_stats_get(&st);
+      if (round == 599 && !grow) trove_stats_get(&st);
       for (int i = 99; shuffle && i > 0; i--) {   /* Fisher-Yates, xorshift */
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int j = (int)(x % (uint64_t)(i + 1));
@@ -594,7 +596,14 @@ int main(int argc, char **argv) {
       }
       for (int i = 0; i < 100; i++) trove_free(q[i]);
     }
+    for (int i = 0; grow && i < 5000; i++) {
+      keep[i] = trove_malloc(4096);
+      if (keep[i] == NULL) return 1;
+      memset(keep[i], 1, 64);
+    }
+    if (grow) trove_stats_get(&st);
     print_blocks_per_superblock(&st, 4096);
+    for (int i = 0; grow && i < 5000; i++) trove_free(keep[i]);
   } else if (strcmp(mode, "growsoon") == 0) {
     /* Four batches of 2,048 blocks of 8 KiB (4 a superblock at first), each freed before the
      * next: 16 MiB, past K and the spares, so each batch takes some 300 fresh superblocks, 900
