@@ -3234,7 +3234,10 @@ static void grow_decay(trove_heap_t *h) {
  * window, shbench-large (8 B - 16 KiB at random) held 5-8% more peak RSS and xmalloc
  * 13-18%; at 1,024 a window, but counted for every one, shbench-large and rptest at 2
  * threads 5-7%. Not where a superblock holds 32 blocks or more (those of 1 KiB and less),
- * which also stops parking (see park). */
+ * which also stops parking (see park); nor past 5 live threads per CPU (many_threads), where
+ * what each thread holds decides the peak RSS: a longer superblock keeps up to 31 blocks
+ * more than the batch, and 16 threads cycling batches of 100 blocks of 4 KiB on 2 CPUs
+ * peaked at 6.4 MiB instead of 4.7 for 1.07-1.09x the speed. */
 #define SB_CYCLE_AFTER 1024
 #define SB_CYCLE_MAX_BLOCKS 32
 static bool freed_in_order(const trove_sb_t *sb) {
@@ -3252,7 +3255,7 @@ static bool freed_in_order(const trove_sb_t *sb) {
  * to the page heap and takes a longer one). */
 static bool sb_cycle(trove_heap_t *h, const trove_sb_t *e) {
   size_t cls = e->cls, bs = _trove_class_size[cls];
-  if (e->capacity >= PARK_CAP) return false;
+  if (e->capacity >= PARK_CAP || many_threads()) return false;
   trove_class_lists_t *l = &h->lists[cls];
   if (e->capacity < 4 ? e->together : freed_in_order(e)) {
     uint32_t now = (uint32_t)h->now_ms;
@@ -3339,14 +3342,16 @@ static TROVE_NOINLINE trove_sb_t *find_superblock_rest(trove_heap_t *h, size_t c
    * would keep the longer ones long after the batches stop; spares of either length
    * serve. */
   size_t cycle = (size_t)_trove_class_pages[cls] << h->lists[cls].cgrow, longest = pages;
-  if ((h->regrow == cls || h->lists[cls].churn) && cycle > pages) pages = cycle;
+  bool batch = (h->regrow == cls || h->lists[cls].churn) && cycle > pages;
+  if (batch) pages = cycle;
   h->regrow = 0;
   if (cycle > longest) longest = cycle;
   size_t want = pages;
   /* `full` is empty in a class whose full superblocks were abandoned (abandon_full): such a
-   * class borrows less (see the thirty-third session in docs/BENCHMARKS.md) */
+   * class borrows less (see the thirty-third session in docs/BENCHMARKS.md). A batch's
+   * superblock is never a first one. */
   bool used_up = h->lists[cls].full != NULL;
-  bool crowded_first = !used_up && !h->shared && many_threads();
+  bool crowded_first = !used_up && !h->shared && !batch && many_threads();
   if (crowded_first) want = _trove_class_starter[cls];
   /* The empty list is walked for one of another class only when it holds one of a length
    * to carve again (see take_own). */
