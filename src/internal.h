@@ -407,6 +407,7 @@ typedef struct trove_heap_s {
   uint32_t spare_pages;
   uint32_t spare_streak;                   /* empty ones past K since a superblock was taken */
   uint64_t spare_oldest;                   /* none was put there before this (ms) */
+  uint64_t spare_hit_ms;                   /* when it last took one back (ms, a tick's) */
   _Atomic uint8_t mcache_lock;             /* the cache: its owner's, or a sweep's (heap.c) */
   int64_t medium_net;                      /* medium pages it allocated minus those it freed */
   uint64_t mfree_streak;                   /* medium pages freed since its last medium malloc */

@@ -190,6 +190,14 @@ check("with TROVE_DIRTY_MAX_MB set they go to the page heap",
 # not past the operator's strict bounds
 check("a burst past K keeps spare superblocks",
       value(run("spares").stdout, "spare_kib") >= 1024)
+# the cap: 3 K (4.5 MiB) a heap, 8 K (12 MiB) while its bursts take spares back. A 9.4 MiB
+# burst repeated keeps some 8 MiB; a 35 MiB one 12 MiB and no more; a first burst 4.5 MiB.
+spares_cap = [("spares 800", 6144, 8 * 24 * 64), ("spares 3000", 8192, 8 * 24 * 64),
+              ("spares 3000 once", 1024, 3 * 24 * 64)]
+for mode, lo, hi in spares_cap:
+    p = run(mode)
+    check("%s: %d-%d KiB of spares" % (mode, lo, hi),
+          lo <= value(p.stdout, "spare_kib") <= hi, p.stdout[-300:])
 check("with TROVE_DIRTY_MAX_MB set, no spares",
       value(run("spares", TROVE_DIRTY_MAX_MB=64).stdout, "spare_kib") == 0)
 check("with TROVE_BLOWUP_K=0, no spares",

@@ -802,20 +802,23 @@ int main(int argc, char **argv) {
     printf("adopted_in_refill=%zu\n", st.superblocks_adopted - adopted0);
     for (int i = 0; i < n; i++) trove_free(p[i]);
   } else if (strcmp(mode, "spares") == 0) {
-    /* 3.5 MiB of 12 KiB blocks built and freed in one streak, twice (the second time past
-     * 1/8 of the default purge delay, when the fresh pages of the first are old news): the
-     * empty superblocks past K wait with the heap as spares, unless the operator's bounds
-     * say otherwise (K = 0, TROVE_DIRTY_MAX_MB set). */
-    enum { N = 300 };
-    static void *p[N];
-    for (int round = 0; round < 2; round++) {
+    /* argv[2] (300: 3.5 MiB) blocks of 12 KiB built and freed in one streak, twice (the
+     * second time past 1/8 of the default purge delay, when the fresh pages of the first are
+     * old news), or once (argv[3] "once"): the empty superblocks past K wait with the heap
+     * as spares, up to the heap's cap (4.5 MiB, 12 MiB once it took spares back), unless
+     * the operator's bounds say otherwise (K = 0, TROVE_DIRTY_MAX_MB set). */
+    static void *p[4096];
+    size_t n = argc > 2 ? (size_t)atol(argv[2]) : 300;
+    int rounds = argc > 3 && strcmp(argv[3], "once") == 0 ? 1 : 2;
+    if (n > 4096) n = 4096;
+    for (int round = 0; round < rounds; round++) {
       if (round == 1) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
       }
-      for (int i = 0; i < N; i++)
+      for (size_t i = 0; i < n; i++)
         if ((p[i] = trove_malloc(12000)) == NULL) return 1;
-      for (int i = 0; i < N; i++) trove_free(p[i]);
+      for (size_t i = 0; i < n; i++) trove_free(p[i]);
     }
     trove_stats_get(&st);
     printf("spare_kib=%zu\n", st.spare_bytes >> 10);
