@@ -1910,7 +1910,7 @@ static void medium_cache_trim(trove_heap_t *h, bool all) {
  *   at most 32 MiB, as the medium cache's fixed parts. (At three times K, a thread filling
  *   and emptying a ring of 1,024 messages of 4-16 KiB, 10 MiB, still sent one superblock in
  *   six through the pool or the page heap: 1.17x as fast with 12 MiB, and batches of 1,600
- *   blocks of 8 KiB 1.13x; 24 MiB gained nothing more there. A heap's first burst keeps the
+ *   blocks of 8 KiB 1.10x; 24 MiB gained nothing more there. A heap's first burst keeps the
  *   smaller cap: a program that tears down a large table once and then waits keeps no more
  *   than before in its heap.) None with threads crowding the CPUs, none in a shared heap,
  *   none with K at 0 or TROVE_DIRTY_MAX_MB set (an operator's strict bounds: the pool keeps
