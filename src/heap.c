@@ -1469,7 +1469,7 @@ static void free_local(trove_heap_t *h, trove_sb_t *sb, trove_block_t *b);
 /* ------------------------------------------------------------------ medium runs */
 /* A thread keeps the medium runs it frees and reuses them without the page heap lock: a bin
  * per length (9-128 pages) and a bitmap of the bins that hold some, so a malloc finds a run of
- * its length or up to 1/8 longer in a few instructions. The bound is 2 MiB, plus a burst: the
+ * its length or up to 1/4 longer in a few instructions. The bound is 2 MiB, plus a burst: the
  * medium pages the thread freed since its last medium malloc, when more than 2 MiB, and no
  * more than it held before the burst (`medium_net` + the burst) nor the batch it allocated
  * just before it (`mbatch`: a thread that takes a batch and frees a batch keeps a batch):
