@@ -479,6 +479,7 @@ static inline bool _trove_heap_live(const trove_heap_t *h) {
 }
 
 void *_trove_malloc_generic(size_t size, trove_heap_t *h, trove_sb_t *sb) TROVE_HIDDEN;
+void *_trove_malloc_big(size_t size, trove_heap_t *h) TROVE_HIDDEN;   /* above SMALL_MAX */
 void _trove_heap_flush_remote(void) TROVE_HIDDEN;   /* the calling thread's batch (heap.c) */
 void _trove_free_slow(trove_sb_t *sb, trove_heap_t *h) TROVE_HIDDEN;
 size_t _trove_blocks_purged(void) TROVE_HIDDEN;   /* heap.c: idle free blocks purged so far */
@@ -606,7 +607,11 @@ void _trove_segment_free(trove_segment_t *seg) TROVE_HIDDEN;     /* off every li
 void _trove_segment_purge(trove_segment_t *seg, void *p, size_t size) TROVE_HIDDEN;
 void _trove_pages_init(void) TROVE_HIDDEN;
 size_t _trove_pages_narenas(void) TROVE_HIDDEN;
-uint64_t _trove_pages_fresh(void) TROVE_HIDDEN;
+/* Runs handed out fresh (page_heap.c), read inline by the medium quick free */
+extern _Atomic uint64_t _trove_fresh_runs;
+TROVE_INLINE uint64_t _trove_pages_fresh(void) {
+  return atomic_load_explicit(&_trove_fresh_runs, memory_order_relaxed);
+}
 void _trove_pool_init(void) TROVE_HIDDEN;
 size_t _trove_pages_used(void) TROVE_HIDDEN;   /* pages in runs handed out (relaxed: a hint) */
 size_t _trove_pages_dirty(void) TROVE_HIDDEN;  /* free dirty pages (relaxed: a hint) */
@@ -723,12 +728,12 @@ extern bool _trove_initialized;
 void _trove_init(void) TROVE_HIDDEN;
 
 /* ---------------------------------------------------------------- the fast paths */
-/* malloc: pop the current superblock's free list. Everything else (first call of a thread,
- * an empty list, medium and large sizes) is `slow` (_trove_malloc_generic, or for operator
- * new a function that also handles running out of memory): a constant, so the calls to it
- * are direct tail calls and the fast path saves no register (the size first: it arrives in
- * that register). It gets the superblock whose list ran out (refilled from the owner's frees
- * without another lookup), or the empty one.
+/* malloc: pop the current superblock's free list. Everything else is `slow` (the first call
+ * of a thread, an empty list: _trove_malloc_generic) or `big` (medium and large sizes:
+ * _trove_malloc_big), or for operator new functions that also handle running out of memory:
+ * constants, so the calls to them are direct tail calls and the fast path saves no register
+ * (the size first: it arrives in that register). `slow` gets the superblock whose list ran
+ * out (refilled from the owner's frees without another lookup), or the empty one.
  * Every small size finds its superblock through one table, _trove_size_slot, with no branch
  * on the size below 64 KiB. A test `size <= 1 KiB` (direct[] below, a class table above) is
  * two instructions less, but a program whose sizes straddle 1 KiB at random mispredicts it
@@ -738,6 +743,7 @@ void _trove_init(void) TROVE_HIDDEN;
  * two instructions more (ping-pong 50.6 -> 52.7 a pair) and up to 5% on programs of small
  * blocks only (threadtest's 8 B blocks back to back). */
 typedef void *(*trove_slow_alloc_t)(size_t size, trove_heap_t *h, trove_sb_t *sb);
+typedef void *(*trove_big_alloc_t)(size_t size, trove_heap_t *h);
 /* Pop `b`, sb's first free block: malloc's fast path (and the aligned one's). */
 TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
   sb->free = b->next;
@@ -745,17 +751,18 @@ TROVE_INLINE void *_trove_sb_pop(trove_sb_t *sb, trove_block_t *b) {
   b->tag = 0;
   return b;
 }
-TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow) {
+TROVE_INLINE void *_trove_alloc_inline(size_t size, trove_slow_alloc_t slow,
+                                       trove_big_alloc_t big) {
   trove_heap_t *h = _trove_tls_heap;
   trove_sb_t *sb;
   if (likely(size <= TROVE_SMALL_MAX)) sb = h->slots[_trove_size_slot[(size + 15) >> 4]];
-  else return slow(size, h, &_trove_sb_empty);
+  else return big(size, h);
   trove_block_t *b = sb->free;
   if (unlikely(b == NULL)) return slow(size, h, sb);
   return _trove_sb_pop(sb, b);
 }
 TROVE_INLINE void *_trove_malloc_inline(size_t size) {
-  return _trove_alloc_inline(size, _trove_malloc_generic);
+  return _trove_alloc_inline(size, _trove_malloc_generic, _trove_malloc_big);
 }
 
 /* An aligned request (a power of two `align`) served as malloc is: the class of `size`, moved

@@ -47,8 +47,12 @@ static TROVE_NOINLINE void *new_generic(size_t size, trove_heap_t *h, trove_sb_t
   void *p = _trove_malloc_generic(size, h, sb);
   return likely(p != NULL) ? p : _trove_new_oom(size);
 }
-API HOT void *_Znwm(size_t size) { return _trove_alloc_inline(size, new_generic); }
-API void *_Znam(size_t size) { return _trove_alloc_inline(size, new_generic); }
+static TROVE_NOINLINE void *new_big(size_t size, trove_heap_t *h) {
+  void *p = _trove_malloc_big(size, h);
+  return likely(p != NULL) ? p : _trove_new_oom(size);
+}
+API HOT void *_Znwm(size_t size) { return _trove_alloc_inline(size, new_generic, new_big); }
+API void *_Znam(size_t size) { return _trove_alloc_inline(size, new_generic, new_big); }
 API HOT void _ZdlPv(void *p) { _trove_free_inline(p); }
 API void _ZdaPv(void *p) { _trove_free_inline(p); }
 API HOT void _ZdlPvm(void *p, size_t size) {

@@ -94,9 +94,8 @@ size_t _trove_pages_narenas(void) { return narenas; }
 
 /* Runs handed out that no page of was resident (never touched, or purged): a count that
  * tells the thread heaps when memory they keep in their medium caches would have served
- * (heap.c, mcache_fresh). Relaxed: a hint. */
-static _Atomic uint64_t fresh_runs;
-uint64_t _trove_pages_fresh(void) { return atomic_load_explicit(&fresh_runs, memory_order_relaxed); }
+ * (heap.c, others_fresh and the medium quick free). Relaxed: a hint. */
+_Atomic uint64_t _trove_fresh_runs;
 
 /* Arena lock held: count `d` pages more (or fewer) dirty, or in use, in arena `a`. */
 static void count_dirty(arena_t *a, long d) {
@@ -715,7 +714,7 @@ trove_sb_t *_trove_pages_alloc(trove_arena_ref_t *ref, size_t npages, size_t ali
       run = make_free_run(seg, desc_new(seg), seg->first_page, seg_usable(seg), false, 0);
     }
   }
-  if (!run->dirty) atomic_fetch_add_explicit(&fresh_runs, 1, memory_order_relaxed);
+  if (!run->dirty) atomic_fetch_add_explicit(&_trove_fresh_runs, 1, memory_order_relaxed);
   trove_sb_t *r = carve(a, run, npages, align_pages, kind, in_bin);
   _trove_mutex_unlock(arena_mutex(a));
   if (new_segment) _trove_large_trim();    /* fresh memory: no large mapping kept past budget */
