@@ -23,7 +23,11 @@
  * its trove_collect() or exit.
  * Phase 6: a thread allocates 5 MB of blocks and waits; main, then a new thread, frees them
  * and allocates as many: it must claim the waiting thread's full superblocks and reuse them,
- * so that what counts as in use stays near one batch, not two. */
+ * so that what counts as in use stays near one batch, not two.
+ * Phase 7: three threads replace medium buffers (64 KiB - 1 MiB) at random while main calls
+ * trove_collect() over and over, whose sweep takes each thread's run cache from under it
+ * (the cache's lock, which the quick medium calls meet held): every buffer must keep its
+ * pattern, and once all are freed no medium object may still count as in use. */
 #include "testhelper.h"
 
 #include <pthread.h>
@@ -173,6 +177,40 @@ static void *rr_swap(void *arg) {
     memset(s->q[i], 0x33, RR_SIZE);
   }
   if (!s->own_thread) T_FREE(own);
+  return NULL;
+}
+
+/* phase 7: one of the threads that replace medium buffers while main collects */
+#define CHURN_THREADS 3
+#define CHURN_SLOTS 16
+#define CHURN_OPS 4000
+typedef struct {
+  uint64_t seed;
+  atomic_int *done;
+} medium_churn_t;
+static void *medium_churn_thread(void *arg) {
+  medium_churn_t *a = arg;
+  void *p[CHURN_SLOTS] = {0};
+  size_t size[CHURN_SLOTS] = {0};
+  th_rng_t r;
+  th_rng_seed(&r, a->seed);
+  for (size_t i = 0; i < CHURN_OPS + CHURN_SLOTS; i++) {
+    size_t k = i < CHURN_OPS ? th_below(&r, CHURN_SLOTS) : i - CHURN_OPS;
+    if (p[k] != NULL) {
+      size_t bad = th_verify(p[k], size[k], bseed(a->seed, k), 1);
+      CHECKF(bad == TH_OK, "medium buffer %p (%zu bytes) corrupt at offset %zu while another "
+             "thread swept", p[k], size[k], bad);
+      T_FREE(p[k]);
+      p[k] = NULL;
+    }
+    if (i >= CHURN_OPS) continue;          /* the last pass frees them all */
+    /* three in four up to 256 KiB (the lengths a cache holds several of), the rest to 1 MiB */
+    size[k] = 64 * TH_KIB + 1 + th_below(&r, th_below(&r, 4) ? 192 * TH_KIB : 960 * TH_KIB);
+    p[k] = T_MALLOC(size[k]);
+    CHECKF(p[k] != NULL, "malloc(%zu) returned NULL", size[k]);
+    th_fill(p[k], size[k], bseed(a->seed, k), 1);
+  }
+  atomic_fetch_add(a->done, 1);
   return NULL;
 }
 
@@ -489,6 +527,35 @@ int main(int argc, char **argv) {
              RR_N * RR_SIZE / 1024, own_thread ? "a new thread" : "main");
     }
     pthread_barrier_destroy(&arg.bar);
+  }
+
+  /* ---- phase 7: medium buffers replaced at random by three threads while main sweeps
+   * their run caches (trove_collect) ---- */
+  {
+    th_collect();
+    int have = th_stats(&st);
+    size_t objects0 = st.medium_objects;
+    atomic_int done = 0;
+    medium_churn_t arg[CHURN_THREADS];
+    pthread_t t[CHURN_THREADS];
+    for (int i = 0; i < CHURN_THREADS; i++) {
+      arg[i] = (medium_churn_t){.seed = g_seed * 977 + (uint64_t)i, .done = &done};
+      CHECK(pthread_create(&t[i], NULL, medium_churn_thread, &arg[i]) == 0);
+    }
+    size_t sweeps = 0;
+    while (atomic_load(&done) < CHURN_THREADS) {
+      th_collect();
+      sweeps++;
+    }
+    for (int i = 0; i < CHURN_THREADS; i++) CHECK(pthread_join(t[i], NULL) == 0);
+    th_collect();
+    th_stats(&st);
+    printf("%d threads x %d medium buffers replaced while main swept %zu times: %zu medium "
+           "objects in use after all were freed (%zu before)\n", CHURN_THREADS, CHURN_OPS,
+           sweeps, st.medium_objects, objects0);
+    if (have)
+      CHECKF(st.medium_objects == objects0, "%zu medium objects still count as in use after "
+             "their threads freed them all", st.medium_objects - objects0);
   }
 
   T_FREE(ptrs);
