@@ -1661,8 +1661,9 @@ static TROVE_NOINLINE void mc_lock_wait(trove_heap_t *h) {
     while (atomic_load_explicit(&h->mcache_lock, memory_order_relaxed)) sched_yield();
   while (atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire));
 }
-/* The wait out of line: the medium quick paths, which take the lock on every call, then save
- * no register for it. */
+/* The wait out of line, so that a caller saves no register for it. (The medium quick paths
+ * do not wait: they take the lock with one exchange and, finding it held by a sweep, leave
+ * the call to the slow path, which waits here.) */
 static inline void mc_lock(trove_heap_t *h) {
   if (unlikely(atomic_exchange_explicit(&h->mcache_lock, 1, memory_order_acquire))) mc_lock_wait(h);
 }
@@ -3505,12 +3506,6 @@ static TROVE_NOINLINE void *medium_quick_pages(trove_heap_t *h, size_t size, siz
   trove_sb_t *run = medium_pages(h, npages, 1);
   return run ? medium_quick_taken(h, run, size) : malloc_slow(h, size);
 }
-/* malloc above SMALL_MAX, straight from the fast path: the quick take while the count allows
- * (the empty heap's is 0), else malloc_slow. The exact length first, as medium_cache_take
- * would find it (the shortest that fits), with no walk of the bitmap. Through
- * _trove_malloc_generic (past the checks of a small class's refill) and a call of the quick
- * take, a medium malloc cost 100 instructions, now 57 (batches of 25 buffers of 128 KiB),
- * and 49 with no register saved (the whole program 41.5M -> 40.0M instructions). */
 /* The quick take past the exact length's bin, the cache's lock held (released here). */
 static TROVE_NOINLINE void *medium_quick_other(trove_heap_t *h, size_t size, size_t npages) {
   trove_sb_t *run = h->mcache_pages ? medium_cache_take(h, size, npages, 0) : NULL;
@@ -3518,6 +3513,12 @@ static TROVE_NOINLINE void *medium_quick_other(trove_heap_t *h, size_t size, siz
   if (run == NULL) return medium_quick_pages(h, size, npages);
   return medium_quick_taken(h, run, size);
 }
+/* malloc above SMALL_MAX, straight from the fast path: the quick take while the count allows
+ * (the empty heap's is 0), else malloc_slow. The exact length first, as medium_cache_take
+ * would find it (the shortest that fits), with no walk of the bitmap. Through
+ * _trove_malloc_generic (past the checks of a small class's refill) and a call of the quick
+ * take, a medium malloc cost 100 instructions, now 57 (batches of 25 buffers of 128 KiB),
+ * and 49 with no register saved (the whole program 41.5M -> 40.0M instructions). */
 void *_trove_malloc_big(size_t size, trove_heap_t *h) {
   /* Every call out of it is a tail call, so that it saves no register: remote frees waiting
    * (runs other threads freed go first) or the cache's lock held by a sweep send the call
