@@ -1581,10 +1581,17 @@ static TROVE_NOINLINE size_t mcache_fixed_new(uint64_t alive) {
   atomic_store_explicit(&mcache_fixed_memo, (alive + 1) << 32 | fixed, memory_order_relaxed);
   return fixed;
 }
-static inline size_t mcache_fixed(void) {
-  uint64_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
+/* The memo's pages in *fixed if it is for the live count now (else the count, for _new) */
+static inline bool mcache_fixed_memo_hit(size_t *fixed, uint64_t *alive) {
+  *alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
   uint64_t m = atomic_load_explicit(&mcache_fixed_memo, memory_order_relaxed);
-  if (likely(m >> 32 == alive + 1)) return (size_t)(uint32_t)m;
+  *fixed = (size_t)(uint32_t)m;
+  return m >> 32 == *alive + 1;
+}
+static inline size_t mcache_fixed(void) {
+  size_t fixed;
+  uint64_t alive;
+  if (likely(mcache_fixed_memo_hit(&fixed, &alive))) return fixed;
   return mcache_fixed_new(alive);
 }
 
@@ -1783,14 +1790,14 @@ static TROVE_NOINLINE void medium_quick_free(trove_heap_t *h, trove_sb_t *run) {
     medium_free(h, run);
     return;
   }
-  uint64_t alive = atomic_load_explicit(&heaps_alive, memory_order_relaxed);
-  uint64_t memo = atomic_load_explicit(&mcache_fixed_memo, memory_order_relaxed);
-  if (unlikely(memo >> 32 != alive + 1)) {
+  size_t fixed;
+  uint64_t alive;
+  if (unlikely(!mcache_fixed_memo_hit(&fixed, &alive))) {
     mc_unlock(h);
     medium_free(h, run);
     return;
   }
-  size_t after = h->mcache_pages + run->npages, fixed = (size_t)(uint32_t)memo;
+  size_t after = h->mcache_pages + run->npages;
   if (after > fixed) {
     if (after > fixed + h->mquick_extra) {
       medium_quick_unfit(h, run, fixed);
