@@ -987,6 +987,51 @@ static void test_large_grow_in_kept_tail(void) {
   printf("ok a large block grows by realloc into the tail its mapping kept\n");
 }
 
+/* A freed 24 MiB mapping taken by a 1 MiB request is cut in two (large.c, split_tail): the
+ * request keeps the first 4 MiB, the rest waits in the cache. A realloc that grows the block
+ * past its 4 MiB takes that rest back (absorb_next) instead of moving to fresh pages beside
+ * it: grown to 20 MiB it faults no page in (4,096 when it moved) and keeps its contents; and
+ * a calloc that takes the mapping once it is freed reads zeros over both parts. */
+static void test_large_grow_over_split_tail(void) {
+  const size_t big = 24 * TH_MIB, start = TH_MIB + 4096, end = 20 * TH_MIB;
+  th_collect();                            /* an empty cache: the next malloc takes this one */
+  unsigned char *p = (unsigned char *)T_MALLOC(big);
+  CHECK(p != NULL);
+  memset(p, 0x11, big);
+  T_FREE(p);
+  unsigned char *q = (unsigned char *)T_MALLOC(start);
+  CHECK(q != NULL);
+  for (size_t i = 0; i < start; i += 4093) q[i] = pat(i);
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
+  size_t s = start;
+  for (s += 64 * TH_KIB; s <= end; s += 64 * TH_KIB) {
+    q = (unsigned char *)T_REALLOC(q, s);
+    CHECK(q != NULL);
+    q[s - 1] = 0x33;
+  }
+  getrusage(RUSAGE_SELF, &r1);
+  for (size_t i = 0; i < start; i += 4093) CHECKF(q[i] == pat(i), "lost contents at %zu", i);
+  CHECK(q[start + 64 * TH_KIB - 1] == 0x33 && q[s - 64 * TH_KIB - 1] == 0x33);
+  long faults = r1.ru_minflt - r0.ru_minflt;
+#ifndef TROVE_TEST_SANITIZE
+  if (th_policy_default(NULL))
+    CHECKF(faults < 64, "growing a large block over its mapping's split tail faulted %ld pages in",
+           faults);
+#else
+  (void)faults;
+#endif
+  T_FREE(q);
+  unsigned char *z = (unsigned char *)T_CALLOC(1, big + 4 * TH_MIB);
+  CHECK(z != NULL);
+  size_t bad = 0;
+  for (size_t i = 0; i < big + 4 * TH_MIB; i += 509) bad += z[i] != 0;
+  CHECKF(bad == 0, "calloc over a grown block's mapping: %zu sampled bytes not zero", bad);
+  T_FREE(z);
+  printf("ok a large block grows by realloc over the tail split off its mapping (%ld faults)\n",
+         faults);
+}
+
 /* A large block shrunk by realloc to a medium size stays where it is (alloc.c,
  * shrinks_in_place), holding no more than twice its size or 1 MiB past it, and grows back in
  * its mapping; one shrunk far below its size moves. Contents survive every step. */
@@ -1315,6 +1360,7 @@ int main(void) {
   test_large_calloc_reuse();
   test_large_shrink_to_medium();
   test_large_grow_in_kept_tail();
+  test_large_grow_over_split_tail();
   test_medium_first_calls();
   test_phase_shift();
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
