@@ -360,6 +360,65 @@ static void test_realloc(size_t *sizes, size_t nsizes) {
   printf("ok realloc\n");
 }
 
+/* Medium buffers grown side by side by small appends (alloc.c, realloc_block): where one
+ * cannot grow in place it moves to a run a quarter longer than it was, so that the next
+ * appends fit without a move; 8 buffers grown by 1,000 bytes from 64 KiB to 600 KiB moved
+ * 50-112 times each with runs of the exact length. A larger step gets the length it asks
+ * for (400 -> 430 KiB). Contents survive every move. */
+static void test_realloc_medium_appends(void) {
+  enum { N = 8, STEP = 1000 };
+  unsigned char *b[N];
+  size_t moves[N] = {0}, roomy = 0;
+  for (int k = 0; k < N; k++) {
+    b[k] = (unsigned char *)T_MALLOC(64 * TH_KIB);
+    CHECK(b[k] != NULL);
+    memset(b[k], k + 1, 64 * TH_KIB);
+  }
+  for (size_t s = 64 * TH_KIB + STEP; s <= 600 * TH_KIB; s += STEP)
+    for (int k = 0; k < N; k++) {
+      size_t before = T_USABLE_SIZE(b[k]);
+      unsigned char *q = (unsigned char *)T_REALLOC(b[k], s);
+      CHECK(q != NULL);
+      if (q != b[k]) {
+        moves[k]++;
+        CHECK(q[0] == k + 1 && q[s - STEP - 1] == (unsigned char)(k + 1 + s - STEP));
+        CHECKF(T_USABLE_SIZE(q) >= before + before / 4 - 4096,
+               "a medium buffer of %zu moved on a %d-byte append to %zu usable bytes", before,
+               STEP, T_USABLE_SIZE(q));
+        roomy++;
+      }
+      memset(q + s - STEP, (unsigned char)(k + 1 + s), STEP);
+      b[k] = q;
+    }
+  for (int k = 0; k < N; k++) {
+    CHECKF(moves[k] <= 30, "a medium buffer grown by appends moved %zu times", moves[k]);
+    T_FREE(b[k]);
+  }
+  CHECK(roomy > 0);                        /* side by side, some had to move */
+  /* a step of more than a sixteenth gets the length asked for (no cached run first, which
+   * may be up to a quarter longer than a request) */
+  th_collect();
+  unsigned char *p = (unsigned char *)T_MALLOC(400 * TH_KIB), *fence[64];
+  CHECK(p != NULL);
+  memset(p, 7, 400 * TH_KIB);
+  int adjacent = 0;                        /* a run right after p: it cannot grow in place */
+  for (int i = 0; i < 64; i++) {
+    fence[i] = (unsigned char *)T_MALLOC(68 * TH_KIB);
+    CHECK(fence[i] != NULL);
+    adjacent |= fence[i] == p + T_USABLE_SIZE(p);
+  }
+  unsigned char *q = (unsigned char *)T_REALLOC(p, 430 * TH_KIB);   /* 7.5% more */
+  CHECK(q != NULL && q[400 * TH_KIB - 1] == 7);
+  CHECKF(q != p || !adjacent, "a medium block grew in place over the run after it");
+  if (q != p)
+    CHECKF(T_USABLE_SIZE(q) < 470 * TH_KIB, "a 7.5%% growth moved to %zu usable bytes",
+           T_USABLE_SIZE(q));
+  T_FREE(q);
+  for (int i = 0; i < 64; i++) T_FREE(fence[i]);
+  printf("ok medium buffers grown by appends side by side (%zu moves with room%s)\n", roomy,
+         adjacent ? "" : "; no run placed after the 400 KiB one");
+}
+
 static void test_reallocarray(void) {
   unsigned char *p = (unsigned char *)T_REALLOCARRAY(NULL, 10, 100);
   CHECK(p != NULL && T_USABLE_SIZE(p) >= 1000);
@@ -1350,6 +1409,7 @@ int main(void) {
 #endif
   test_calloc(sizes, nsizes);
   test_realloc(sizes, nsizes);
+  test_realloc_medium_appends();
   test_reallocarray();
   test_aligned();
   test_aligned_reuse();
