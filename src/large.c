@@ -341,13 +341,23 @@ void _trove_large_free(trove_large_t *l) {
        * tearing down its buffers, a phase's end) costs no system call, and a phase that
        * follows within the delay reuses the pages. Purged as they were freed, the 20 buffers
        * of 5-25 MiB that bench/largebuf --huge frees at its end took 18 madvise calls, 30 ms
-       * of its 0.26 s (tcmalloc keeps them); now 0.24 s. */
+       * of its 0.26 s (tcmalloc keeps them); now 0.24 s.
+       * But not a mapping longer than the whole budget while the program holds more large
+       * memory than it: a buffer that a larger one replaced, as a vector grown by doubling
+       * (allocate twice the length, copy, free the old one), which then fills the new one
+       * page by page, faults trove does not see. Kept, each freed half stayed resident while
+       * the next was filled: a vector grown to 256 MiB peaked at 444 MiB (glibc 257, jemalloc
+       * 268, tcmalloc 519); purged at once, 322. (Built 3 times over, it took 0.97 s instead
+       * of 0.57, since each round faults its largest buffers in again; glibc 1.07.) A buffer
+       * freed with less large memory live, one reused in a loop, stays. */
       uint64_t since = atomic_load_explicit(&excess_since, memory_order_relaxed);
       if (since == 0) {
         since = l->freed_at | 1;
         atomic_store_explicit(&excess_since, since, memory_order_relaxed);
       }
-      if ((l->freed_at | 1) - since >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS)) purge = excess_take();
+      if ((l->freed_at | 1) - since >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS) ||
+          (l->map_size > cache_max && _trove_large_live_bytes >= l->map_size))
+        purge = excess_take();
     }
     _trove_mutex_unlock(&_trove_locks.large);
     excess_purge(purge);

@@ -1091,6 +1091,42 @@ static void test_large_grow_over_split_tail(void) {
          faults);
 }
 
+/* A freed large block larger than the cache's whole resident budget (64 MiB here) while the
+ * program holds more large memory than it (a buffer that a larger one replaced: a vector
+ * grown by doubling) gives its pages back at once (large.c, _trove_large_free), instead of
+ * staying resident for the purge delay while the program fills the larger one. A block of
+ * that size freed with nothing larger live (a buffer reused in a loop) stays resident. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+static void test_large_superseded_purged(void) {
+  const size_t a_size = 80 * TH_MIB, b_size = 100 * TH_MIB;
+  th_collect();
+  unsigned char *a = (unsigned char *)T_MALLOC(a_size);
+  unsigned char *b = (unsigned char *)T_MALLOC(b_size);
+  CHECK(a != NULL && b != NULL);
+  memset(a, 1, a_size);
+  memset(b, 2, b_size);
+  size_t before = th_rss_bytes();
+  T_FREE(a);
+  size_t after = th_rss_bytes();
+#ifndef TROVE_TEST_SANITIZE
+  if (th_policy_default(NULL) && before > 0)
+    CHECKF(after + 64 * TH_MIB < before,
+           "RSS %zu -> %zu KiB: an 80 MiB buffer freed beside a live 100 MiB one stayed resident",
+           before >> 10, after >> 10);
+#endif
+  T_FREE(b);
+  size_t kept = th_rss_bytes();
+#ifndef TROVE_TEST_SANITIZE
+  if (th_policy_default(NULL) && after > 0)
+    CHECKF(kept + 64 * TH_MIB > after, "RSS %zu -> %zu KiB: the last large buffer went at once",
+           after >> 10, kept >> 10);
+#endif
+  th_collect();
+  printf("ok a large buffer superseded by a larger one gives its pages back (RSS %zu -> %zu -> %zu KiB)\n",
+         before >> 10, after >> 10, kept >> 10);
+}
+#endif
+
 /* A large block shrunk by realloc to a medium size stays where it is (alloc.c,
  * shrinks_in_place), holding no more than twice its size or 1 MiB past it, and grows back in
  * its mapping; one shrunk far below its size moves. Contents survive every step. */
@@ -1425,6 +1461,7 @@ int main(void) {
   test_phase_shift();
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   test_small_then_large();
+  test_large_superseded_purged();
 #endif
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   test_thread_key();
