@@ -29,6 +29,7 @@ static _Atomic uint64_t excess_since;
 /* Bytes live mappings hold past their requests' last pages: a reused mapping keeps its tail
  * while these stay within the resident budget (see _trove_large_alloc). */
 static size_t live_excess;
+static size_t last_request;      /* the latest large request's size (see _trove_large_free) */
 size_t _trove_large_live_count, _trove_large_live_bytes;
 void _trove_segmap_set_large(uintptr_t region, uint8_t kind) TROVE_HIDDEN;
 
@@ -298,6 +299,7 @@ void *_trove_large_alloc(size_t size, size_t align, bool zero) {
   if (zero && size <= TROVE_CALLOC_TOUCH_MAX) _trove_os_touch((void *)l->user, size);
   large_lock();
   list_push(&live, l);
+  last_request = size;
   _trove_large_live_count++;
   _trove_large_live_bytes += l->usable;
   live_excess += excess_of(l);
@@ -342,21 +344,23 @@ void _trove_large_free(trove_large_t *l) {
        * follows within the delay reuses the pages. Purged as they were freed, the 20 buffers
        * of 5-25 MiB that bench/largebuf --huge frees at its end took 18 madvise calls, 30 ms
        * of its 0.26 s (tcmalloc keeps them); now 0.24 s.
-       * But not a mapping longer than the whole budget while the program holds more large
-       * memory than it: a buffer that a larger one replaced, as a vector grown by doubling
-       * (allocate twice the length, copy, free the old one), which then fills the new one
-       * page by page, faults trove does not see. Kept, each freed half stayed resident while
-       * the next was filled: a vector grown to 256 MiB peaked at 444 MiB (glibc 257, jemalloc
-       * 268, tcmalloc 519); purged at once, 322. (Built 3 times over, it took 0.97 s instead
-       * of 0.57, since each round faults its largest buffers in again; glibc 1.07.) A buffer
-       * freed with less large memory live, one reused in a loop, stays. */
+       * But not a mapping longer than the whole budget that the latest large request, larger
+       * and still live, replaced: a vector grown by doubling (allocate twice the length,
+       * copy, free the old one), which then fills the new one page by page, faults trove does
+       * not see. Kept, each freed half stayed resident while the next was filled: a vector
+       * grown to 256 MiB peaked at 444 MiB (glibc 257, jemalloc 268, tcmalloc 519); purged
+       * at once, 322. (Built 3 times over, it took 0.97 s instead of 0.57, since each round
+       * faults its largest buffers in again; glibc 1.07.) A buffer freed with no larger one
+       * just taken (one reused in a loop, or a request's scratch buffer beside the program's
+       * many others) stays. */
       uint64_t since = atomic_load_explicit(&excess_since, memory_order_relaxed);
       if (since == 0) {
         since = l->freed_at | 1;
         atomic_store_explicit(&excess_since, since, memory_order_relaxed);
       }
       if ((l->freed_at | 1) - since >= (uint64_t)TROVE_OPT(PURGE_DELAY_MS) ||
-          (l->map_size > cache_max && _trove_large_live_bytes >= l->map_size))
+          (l->map_size > cache_max && last_request > l->map_size &&
+           _trove_large_live_bytes >= last_request))
         purge = excess_take();
     }
     _trove_mutex_unlock(&_trove_locks.large);

@@ -1091,11 +1091,11 @@ static void test_large_grow_over_split_tail(void) {
          faults);
 }
 
-/* A freed large block larger than the cache's whole resident budget (64 MiB here) while the
- * program holds more large memory than it (a buffer that a larger one replaced: a vector
- * grown by doubling) gives its pages back at once (large.c, _trove_large_free), instead of
- * staying resident for the purge delay while the program fills the larger one. A block of
- * that size freed with nothing larger live (a buffer reused in a loop) stays resident. */
+/* A freed large block larger than the cache's whole resident budget (64 MiB here) that the
+ * latest large request, larger and live, replaced (a vector grown by doubling) gives its pages
+ * back at once (large.c, _trove_large_free), instead of staying resident for the purge delay
+ * while the program fills the larger one. A block of that size freed with no larger request
+ * after it (a scratch buffer beside other live ones, a buffer reused in a loop) stays. */
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 static void test_large_superseded_purged(void) {
   const size_t a_size = 80 * TH_MIB, b_size = 100 * TH_MIB;
@@ -1114,16 +1114,29 @@ static void test_large_superseded_purged(void) {
            "RSS %zu -> %zu KiB: an 80 MiB buffer freed beside a live 100 MiB one stayed resident",
            before >> 10, after >> 10);
 #endif
+  /* a scratch buffer beside b, freed: no larger request came after it */
+  unsigned char *c = (unsigned char *)T_MALLOC(a_size);
+  CHECK(c != NULL);
+  memset(c, 3, a_size);
+  size_t with_c = th_rss_bytes();
+  T_FREE(c);
+  size_t scratch = th_rss_bytes();
+#ifndef TROVE_TEST_SANITIZE
+  if (th_policy_default(NULL) && with_c > 0)
+    CHECKF(scratch + 64 * TH_MIB > with_c, "RSS %zu -> %zu KiB: a scratch buffer went at once",
+           with_c >> 10, scratch >> 10);
+#endif
   T_FREE(b);
   size_t kept = th_rss_bytes();
 #ifndef TROVE_TEST_SANITIZE
   if (th_policy_default(NULL) && after > 0)
-    CHECKF(kept + 64 * TH_MIB > after, "RSS %zu -> %zu KiB: the last large buffer went at once",
-           after >> 10, kept >> 10);
+    CHECKF(kept + 64 * TH_MIB > scratch, "RSS %zu -> %zu KiB: the last large buffer went at once",
+           scratch >> 10, kept >> 10);
 #endif
   th_collect();
-  printf("ok a large buffer superseded by a larger one gives its pages back (RSS %zu -> %zu -> %zu KiB)\n",
-         before >> 10, after >> 10, kept >> 10);
+  printf("ok a large buffer superseded by a larger one gives its pages back (RSS %zu -> %zu KiB;"
+         " scratch %zu -> %zu, last %zu KiB)\n", before >> 10, after >> 10, with_c >> 10,
+         scratch >> 10, kept >> 10);
 }
 #endif
 
