@@ -1010,12 +1010,11 @@ static void test_small_then_large(void) {
 }
 #endif
 
-/* A large block that took a longer cached mapping keeps the mapping's tail (large.c), and a
- * realloc that grows it within that tail gives nothing back first: grown page by page to
- * near the mapping's length, it faults no page in (it faulted ~750 when each growth was
- * taken for a shrink). Contents survive. */
-static void test_large_grow_in_kept_tail(void) {
-  const size_t big = 4 * TH_MIB, start = TH_MIB + 4096;
+/* A written mapping of `big` bytes is freed (the cache emptied first) and taken by a request
+ * of `start` bytes, which realloc then grows in `step` steps up to `end`, writing each step's
+ * last byte: returns the block (contents checked), with the page faults the growth took. */
+static unsigned char *grow_in_reused_mapping(size_t big, size_t start, size_t step, size_t end,
+                                             long *faults) {
   th_collect();                            /* an empty cache: the next malloc takes this one */
   unsigned char *p = (unsigned char *)T_MALLOC(big);
   CHECK(p != NULL);
@@ -1023,18 +1022,31 @@ static void test_large_grow_in_kept_tail(void) {
   T_FREE(p);
   unsigned char *q = (unsigned char *)T_MALLOC(start);
   CHECK(q != NULL);
-  memset(q, 0x22, start);
+  for (size_t i = 0; i < start; i += 4093) q[i] = pat(i);
   struct rusage r0, r1;
   getrusage(RUSAGE_SELF, &r0);
-  for (size_t s = start + 4096; s <= big - 8192; s += 4096) {
+  size_t last = start;
+  for (size_t s = start + step; s <= end; s += step) {
     q = (unsigned char *)T_REALLOC(q, s);
     CHECK(q != NULL);
     q[s - 1] = 0x33;
+    last = s;
   }
   getrusage(RUSAGE_SELF, &r1);
-  for (size_t i = 0; i < start; i += 4093) CHECK(q[i] == 0x22);
-  CHECK(q[start + 4095] == 0x33 && q[big - 8193] == 0x33);
-  long faults = r1.ru_minflt - r0.ru_minflt;
+  for (size_t i = 0; i < start; i += 4093) CHECKF(q[i] == pat(i), "lost contents at %zu", i);
+  CHECK(q[start + step - 1] == 0x33 && q[last - 1] == 0x33);
+  *faults = r1.ru_minflt - r0.ru_minflt;
+  return q;
+}
+
+/* A large block that took a longer cached mapping keeps the mapping's tail (large.c), and a
+ * realloc that grows it within that tail gives nothing back first: grown page by page to
+ * near the mapping's length, it faults no page in (it faulted ~750 when each growth was
+ * taken for a shrink). Contents survive. */
+static void test_large_grow_in_kept_tail(void) {
+  long faults;
+  unsigned char *q =
+      grow_in_reused_mapping(4 * TH_MIB, TH_MIB + 4096, 4096, 4 * TH_MIB - 8192, &faults);
 #ifndef TROVE_TEST_SANITIZE
   /* (with no large-block cache the tail is not kept) */
   if (th_policy_default(NULL))
@@ -1049,30 +1061,13 @@ static void test_large_grow_in_kept_tail(void) {
 /* A freed 24 MiB mapping taken by a 1 MiB request is cut in two (large.c, split_tail): the
  * request keeps the first 4 MiB, the rest waits in the cache. A realloc that grows the block
  * past its 4 MiB takes that rest back (absorb_next) instead of moving to fresh pages beside
- * it: grown to 20 MiB it faults no page in (4,096 when it moved) and keeps its contents; and
- * a calloc that takes the mapping once it is freed reads zeros over both parts. */
+ * it: grown to 20 MiB it faults no page in (256 when it moved, one a step written) and keeps
+ * its contents; and a calloc that takes the mapping once it is freed reads zeros over both
+ * parts. */
 static void test_large_grow_over_split_tail(void) {
-  const size_t big = 24 * TH_MIB, start = TH_MIB + 4096, end = 20 * TH_MIB;
-  th_collect();                            /* an empty cache: the next malloc takes this one */
-  unsigned char *p = (unsigned char *)T_MALLOC(big);
-  CHECK(p != NULL);
-  memset(p, 0x11, big);
-  T_FREE(p);
-  unsigned char *q = (unsigned char *)T_MALLOC(start);
-  CHECK(q != NULL);
-  for (size_t i = 0; i < start; i += 4093) q[i] = pat(i);
-  struct rusage r0, r1;
-  getrusage(RUSAGE_SELF, &r0);
-  size_t s = start;
-  for (s += 64 * TH_KIB; s <= end; s += 64 * TH_KIB) {
-    q = (unsigned char *)T_REALLOC(q, s);
-    CHECK(q != NULL);
-    q[s - 1] = 0x33;
-  }
-  getrusage(RUSAGE_SELF, &r1);
-  for (size_t i = 0; i < start; i += 4093) CHECKF(q[i] == pat(i), "lost contents at %zu", i);
-  CHECK(q[start + 64 * TH_KIB - 1] == 0x33 && q[s - 64 * TH_KIB - 1] == 0x33);
-  long faults = r1.ru_minflt - r0.ru_minflt;
+  const size_t big = 24 * TH_MIB;
+  long faults;
+  unsigned char *q = grow_in_reused_mapping(big, TH_MIB + 4096, 64 * TH_KIB, 20 * TH_MIB, &faults);
 #ifndef TROVE_TEST_SANITIZE
   if (th_policy_default(NULL))
     CHECKF(faults < 64, "growing a large block over its mapping's split tail faulted %ld pages in",
@@ -1091,12 +1086,23 @@ static void test_large_grow_over_split_tail(void) {
          faults);
 }
 
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+/* RSS `from` -> `to` bytes over the free of `what`, which should have stayed resident. */
+static void check_stayed(size_t from, size_t to, const char *what) {
+#ifndef TROVE_TEST_SANITIZE
+  if (th_policy_default(NULL) && from > 0)
+    CHECKF(to + 64 * TH_MIB > from, "RSS %zu -> %zu KiB: %s went at once", from >> 10, to >> 10,
+           what);
+#else
+  (void)from, (void)to, (void)what;
+#endif
+}
+
 /* A freed large block larger than the cache's whole resident budget (64 MiB here) that the
  * latest large request, larger and live, replaced (a vector grown by doubling) gives its pages
  * back at once (large.c, _trove_large_free), instead of staying resident for the purge delay
  * while the program fills the larger one. A block of that size freed with no larger request
  * after it (a scratch buffer beside other live ones, a buffer reused in a loop) stays. */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 static void test_large_superseded_purged(void) {
   const size_t a_size = 80 * TH_MIB, b_size = 100 * TH_MIB;
   th_collect();
@@ -1121,18 +1127,10 @@ static void test_large_superseded_purged(void) {
   size_t with_c = th_rss_bytes();
   T_FREE(c);
   size_t scratch = th_rss_bytes();
-#ifndef TROVE_TEST_SANITIZE
-  if (th_policy_default(NULL) && with_c > 0)
-    CHECKF(scratch + 64 * TH_MIB > with_c, "RSS %zu -> %zu KiB: a scratch buffer went at once",
-           with_c >> 10, scratch >> 10);
-#endif
+  check_stayed(with_c, scratch, "a scratch buffer");
   T_FREE(b);
   size_t kept = th_rss_bytes();
-#ifndef TROVE_TEST_SANITIZE
-  if (th_policy_default(NULL) && after > 0)
-    CHECKF(kept + 64 * TH_MIB > scratch, "RSS %zu -> %zu KiB: the last large buffer went at once",
-           scratch >> 10, kept >> 10);
-#endif
+  check_stayed(scratch, kept, "the last large buffer");
   th_collect();
   printf("ok a large buffer superseded by a larger one gives its pages back (RSS %zu -> %zu KiB;"
          " scratch %zu -> %zu, last %zu KiB)\n", before >> 10, after >> 10, with_c >> 10,
