@@ -627,6 +627,7 @@ void _trove_pages_free_clock(trove_sb_t *run, uint64_t at, uint64_t clock) TROVE
 bool _trove_pages_may_keep(size_t held_pages, size_t npages) TROVE_HIDDEN;
 void _trove_sb_recarve(trove_sb_t *sb) TROVE_HIDDEN;         /* an empty one: carve it again */
 bool _trove_pages_grow(trove_sb_t *run, size_t npages) TROVE_HIDDEN;  /* in place */
+void _trove_pages_shrink(trove_sb_t *run, size_t npages) TROVE_HIDDEN; /* in place */
 void _trove_pages_purge(bool all) TROVE_HIDDEN;
 void _trove_pages_yield(size_t bytes) TROVE_HIDDEN;
 void _trove_heap_yield(size_t bytes) TROVE_HIDDEN;

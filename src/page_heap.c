@@ -1041,6 +1041,31 @@ bool _trove_pages_grow(trove_sb_t *run, size_t npages) {
   return ok;
 }
 
+/* The pages of medium run `run` past its first `npages` go back as a run of their own, freed
+ * as any run is (merged with a free run after it, dirty, purged by the usual rules): realloc
+ * shrinking a buffer in place. The tail gets a descriptor of its own under the lock, with the
+ * map's entries for its ends and for the run's new last page, before it is freed. */
+void _trove_pages_shrink(trove_sb_t *run, size_t npages) {
+  trove_segment_t *seg = seg_of(run);
+  arena_t *a = arena_of(seg);
+  _trove_lock(arena_mutex(a), TROVE_LOCK_PAGES);
+  size_t first = run->page + npages, n = run->npages - npages;
+  trove_sb_t *tail = desc_new(seg);
+  desc_zero(tail);
+  tail->kind = TROVE_SPAN_MEDIUM;
+  tail->page = (uint16_t)first;
+  tail->npages = (uint16_t)n;
+  tail->span_bytes = (uint32_t)(n << TROVE_PAGE_SHIFT);
+  tail->start = (uintptr_t)seg + (first << TROVE_PAGE_SHIFT);
+  tail->dirty = 1;
+  seg->pagemap[first] = seg->pagemap[first + n - 1] = desc_offset(seg, tail);
+  run->npages = (uint16_t)npages;
+  run->span_bytes = (uint32_t)(npages << TROVE_PAGE_SHIFT);
+  seg->pagemap[run->page + npages - 1] = desc_offset(seg, run);
+  _trove_mutex_unlock(arena_mutex(a));
+  _trove_pages_free(tail);
+}
+
 #define LOW_WATER_MIN (((size_t)1 << 20) >> TROVE_PAGE_SHIFT)   /* 1 MiB: worth the calls */
 
 /* Give back what has been free longer than the delay (everything if `all`, and the address

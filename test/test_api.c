@@ -419,6 +419,37 @@ static void test_realloc_medium_appends(void) {
          adjacent ? "" : "; no run placed after the 400 KiB one");
 }
 
+/* A medium block shrunk to between half and three quarters of its size gives its tail pages
+ * back in place (alloc.c, realloc_block; page_heap.c, _trove_pages_shrink): same pointer,
+ * usable size cut to the pages it needs, contents kept, and it grows back. Shrunk by less it
+ * keeps its size. */
+static void test_realloc_medium_shrink(void) {
+  const size_t big = 900 * TH_KIB, part = 500 * TH_KIB, most = 800 * TH_KIB;
+  unsigned char *p = (unsigned char *)T_MALLOC(big);
+  CHECK(p != NULL);
+  size_t before = T_USABLE_SIZE(p);
+  for (size_t i = 0; i < big; i += 4093) p[i] = pat(i);
+  unsigned char *q = (unsigned char *)T_REALLOC(p, part);
+  CHECKF(q == p, "realloc(%zu -> %zu) moved the block", big, part);
+  CHECKF(T_USABLE_SIZE(q) >= part && T_USABLE_SIZE(q) < part + 16 * TH_KIB,
+         "realloc(%zu -> %zu) in place kept %zu usable bytes", before, part, T_USABLE_SIZE(q));
+  for (size_t i = 0; i < part; i += 4093) CHECK(q[i] == pat(i));
+  size_t shrunk = T_USABLE_SIZE(q);
+  unsigned char *g = (unsigned char *)T_REALLOC(q, big);
+  CHECK(g != NULL && T_USABLE_SIZE(g) >= big);
+  for (size_t i = 0; i < part; i += 4093) CHECK(g[i] == pat(i));
+  for (size_t i = part - part % 4093 + 4093; i < big; i += 4093) g[i] = pat(i);
+  size_t grown = T_USABLE_SIZE(g);
+  unsigned char *k = (unsigned char *)T_REALLOC(g, most);
+  CHECKF(k == g && T_USABLE_SIZE(k) == grown,
+         "realloc(%zu -> %zu) changed the block (usable %zu -> %zu)", grown, most, grown,
+         T_USABLE_SIZE(k));
+  for (size_t i = 0; i < most; i += 4093) CHECK(k[i] == pat(i));
+  T_FREE(k);
+  printf("ok a medium block shrunk in place gives its tail back (%zu -> %zu usable bytes)\n",
+         before, shrunk);
+}
+
 static void test_reallocarray(void) {
   unsigned char *p = (unsigned char *)T_REALLOCARRAY(NULL, 10, 100);
   CHECK(p != NULL && T_USABLE_SIZE(p) >= 1000);
@@ -1457,6 +1488,7 @@ int main(void) {
   test_calloc(sizes, nsizes);
   test_realloc(sizes, nsizes);
   test_realloc_medium_appends();
+  test_realloc_medium_shrink();
   test_reallocarray();
   test_aligned();
   test_aligned_reuse();
