@@ -422,7 +422,8 @@ static void test_realloc_medium_appends(void) {
 /* A medium block shrunk to between half and three quarters of its size gives its tail pages
  * back in place (alloc.c, realloc_block; page_heap.c, _trove_pages_shrink): same pointer,
  * usable size cut to the pages it needs, contents kept, and it grows back. Shrunk by less it
- * keeps its size. */
+ * keeps its size. A block of a class above 8 KiB shrunk so moves to the class that fits; a
+ * smaller one stays where it is. */
 static void test_realloc_medium_shrink(void) {
   const size_t big = 900 * TH_KIB, part = 500 * TH_KIB, most = 800 * TH_KIB;
   unsigned char *p = (unsigned char *)T_MALLOC(big);
@@ -446,6 +447,23 @@ static void test_realloc_medium_shrink(void) {
          T_USABLE_SIZE(k));
   for (size_t i = 0; i < most; i += 4093) CHECK(k[i] == pat(i));
   T_FREE(k);
+  /* a block of a class above 8 KiB shrunk so moves to the class that fits; a smaller one stays */
+  static const size_t from[] = {60 * TH_KIB, 20 * TH_KIB, 4 * TH_KIB}, to[] = {40 * TH_KIB, 12 * TH_KIB, 2600};
+  for (int c = 0; c < 3; c++) {
+    unsigned char *b = (unsigned char *)T_MALLOC(from[c]);
+    CHECK(b != NULL);
+    size_t was = T_USABLE_SIZE(b);
+    for (size_t i = 0; i < from[c]; i += 509) b[i] = pat(i);
+    unsigned char *r = (unsigned char *)T_REALLOC(b, to[c]);
+    CHECK(r != NULL);
+    for (size_t i = 0; i < to[c]; i += 509) CHECK(r[i] == pat(i));
+    if (was > 8192)
+      CHECKF(T_USABLE_SIZE(r) < to[c] + to[c] / 8 + 16, "realloc(%zu -> %zu) kept %zu usable bytes",
+             from[c], to[c], T_USABLE_SIZE(r));
+    else
+      CHECKF(r == b, "realloc(%zu -> %zu) moved a block of %zu", from[c], to[c], was);
+    T_FREE(r);
+  }
   printf("ok a medium block shrunk in place gives its tail back (%zu -> %zu usable bytes)\n",
          before, shrunk);
 }
