@@ -87,8 +87,10 @@ static int child(void *arg) {
   unsigned char *keep = (unsigned char *)T_MALLOC(64);
   unsigned char *keep_big = (unsigned char *)T_MALLOC(TH_MIB);
   unsigned char *keep_large = (unsigned char *)T_MALLOC(3 * TH_MIB);
-  CHECK(keep != NULL && keep_big != NULL && keep_large != NULL);
+  unsigned char *keep_mid = (unsigned char *)T_MALLOC(60 * TH_KIB);
+  CHECK(keep != NULL && keep_big != NULL && keep_large != NULL && keep_mid != NULL);
   th_fill(keep, 64, 1, 0);
+  th_fill(keep_mid, 60 * TH_KIB, 4, 0);
   th_fill(keep_big, TH_MIB, 2, 0);
   th_fill(keep_large, 3 * TH_MIB, 3, 0);
 
@@ -141,6 +143,19 @@ static int child(void *arg) {
   CHECKF(p == NULL && errno == ENOMEM, "realloc(3 MiB -> 96 MiB) = %p errno %d", p, errno);
   CHECKF(th_verify(keep_large, 3 * TH_MIB, 3, 0) == TH_OK,
          "a failed realloc damaged the old large block");
+  /* A shrink that would move the block (above 8 KiB, to under three quarters: alloc.c,
+   * realloc_block) but finds no block of the smaller class keeps the block, as glibc's
+   * shrinks never fail. */
+  errno = 0;
+  p = T_MALLOC(40 * TH_KIB);
+  if (p == NULL) {
+    p = T_REALLOC(keep_mid, 40 * TH_KIB);
+    CHECKF(p == keep_mid, "realloc(60 KiB -> 40 KiB) with no memory left = %p, not the block", p);
+    CHECKF(th_verify(keep_mid, 40 * TH_KIB, 4, 0) == TH_OK, "a shrink damaged the block");
+  } else {
+    small = push(small, p);                /* (a block of the class was left: nothing to check) */
+    nsmall++;
+  }
   p = NULL;
   int rc = T_POSIX_MEMALIGN(&p, 4096, TH_MIB);
   CHECKF(rc == ENOMEM, "posix_memalign(4096, 1 MiB) = %d, not ENOMEM", rc);
@@ -184,6 +199,7 @@ static int child(void *arg) {
   T_FREE(keep);
   T_FREE(keep_big);
   T_FREE(keep_large);
+  T_FREE(keep_mid);
   p = T_MALLOC(TH_MIB);
   CHECKF(p != NULL, "malloc(1 MiB) fails after everything was freed (errno %d)", errno);
   memset(p, 0x22, TH_MIB);
