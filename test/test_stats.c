@@ -1088,6 +1088,67 @@ static void parked_blocks(void) {
   CHECK(c == NULL || (c->blocks_in_use == 0 && c->superblocks == 0));
 }
 
+/* Parking past the current superblock's count (heap.c, PARK_EXTRA): in a class of 2 blocks a
+ * superblock, a thread that frees 4 blocks in a row and then allocates 4 gets the 4 it freed
+ * back, the last freed first, without a slow malloc, though the current superblock holds at
+ * most 2 live blocks. (Bounded by the count alone, 2 of the 4 went to their own superblocks,
+ * and the third malloc left the fast path to switch to one of them.) The single replacements
+ * between the bursts keep the heap parking every free. */
+enum { BURST_N = 64, BURST_ROUNDS = 2000, BURST_SIZE = 20000, BURST = 4 };
+static void *burst_worker(void *arg) {
+  size_t *res = arg;
+  void *p[BURST_N];
+  for (int i = 0; i < BURST_N; i++) CHECK((p[i] = trove_malloc(BURST_SIZE)) != NULL);
+  unsigned r = 7;
+  size_t slow = 0;
+  for (int round = 0; round < BURST_ROUNDS; round++) {
+    for (int i = 0; i < 4; i++) {         /* single replacements */
+      r = r * 1103515245u + 12345u;
+      int k = (int)((r >> 16) % BURST_N);
+      trove_free(p[k]);
+      CHECK((p[k] = trove_malloc(BURST_SIZE)) != NULL);
+    }
+    int k[BURST];
+    void *freed[BURST];
+    for (int i = 0; i < BURST; i++) {     /* distinct slots */
+      r = r * 1103515245u + 12345u;
+      k[i] = (int)((r >> 16) % (BURST_N / BURST)) * BURST + i;
+    }
+    trove_stats_get(&st);
+    size_t slow0 = st.slow_mallocs;
+    for (int i = 0; i < BURST; i++) {
+      freed[i] = p[k[i]];
+      trove_free(freed[i]);
+    }
+    bool lifo = true;
+    for (int i = 0; i < BURST; i++) {
+      CHECK((p[k[i]] = trove_malloc(BURST_SIZE)) != NULL);
+      lifo = lifo && p[k[i]] == freed[BURST - 1 - i];
+    }
+    trove_stats_get(&st);
+    slow += st.slow_mallocs - slow0;
+    res[0] += lifo;
+  }
+  const trove_class_stats_t *c = class_of(trove_malloc_usable_size(p[0]));
+  res[1] = c ? c->blocks_capacity / c->superblocks : 0;
+  res[2] = slow;
+  for (int i = 0; i < BURST_N; i++) trove_free(p[i]);
+  return NULL;
+}
+
+static void parked_bursts(void) {
+  size_t res[3] = {0, 0, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, burst_worker, res) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  printf("parked_bursts: %zu of %d bursts of %d frees of %d B (%zu a superblock) came back "
+         "last freed first; %zu slow mallocs in the bursts\n", res[0], BURST_ROUNDS, BURST,
+         BURST_SIZE, res[1], res[2]);
+  CHECK(res[1] == 2);                      /* the class the test is about */
+  CHECK(res[0] >= BURST_ROUNDS * 8 / 10);
+  CHECK(res[2] <= BURST_ROUNDS / 10);
+}
+
 /* Idle free blocks above 4 KiB in superblocks with live blocks give their whole pages past
  * their first 16 bytes back (heap.c, idle_blocks_purge): at once on trove_collect, after the purge delay on
  * the thread's timed work. In a thread of its own (a heap with nothing else in its lists):
@@ -1262,6 +1323,7 @@ int main(int argc, char **argv) {
   large_idle_given_back_on_growth();
   idle_blocks_purged();
   scattered_frees_come_back_in_order();   /* its thread takes fresh pages: see medium_cache */
+  parked_bursts();                        /* so does this one's */
   void *keep[64];
   for (int i = 0; i < 64; i++) keep[i] = trove_malloc((size_t)(i + 1) * 24);
   void *med = trove_malloc(300 * 1024), *big = trove_malloc(3u << 20);
