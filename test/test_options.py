@@ -284,7 +284,8 @@ check("TROVE_COLOUR=1: heads of 4/8/16 KiB blocks on at least 32 of 64 sets, ali
 # a class's superblocks grow while a thread keeps carving fresh ones and giving empty ones
 # back (heap.c, sb_grow; up to 16 KiB the rate is counted over 1/16 of the purge delay: 900
 # fresh superblocks of 8 KiB blocks in four batches, fewer than the 1,024 of a whole
-# idle-scan period, grow them), and while it takes back at a high rate empty ones that a
+# idle-scan period, grow them; so do empty ones past K taken back from the heap's spares
+# instead of fresh ones), and while it takes back at a high rate empty ones that a
 # batch freed whole emptied (heap.c, sb_cycle), but not ones that batches freed at random
 # emptied; the blocks a superblock of the class holds, on average. A long purge delay, so
 # that the idle scan (every half delay) cannot shrink them back during a slow run.
@@ -295,6 +296,8 @@ for mode, what, ok in [
          lambda n: n >= 8),
         ("growsoon", "8 KiB blocks in four batches past K: longer superblocks already "
          "(4 blocks at first)", lambda n: n >= 8),
+        ("growspares", "8 KiB blocks in batches past K that the spares serve, freed at random: "
+         "longer superblocks (4 blocks at first)", lambda n: n >= 8),
         ("cycle", "4 KiB blocks in batches freed in order: longer superblocks (8 blocks at "
          "first)", lambda n: n >= 16),
         ("cycle2", "32 KiB blocks reused within K, freed in order: longer superblocks (2 "

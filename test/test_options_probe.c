@@ -611,6 +611,16 @@ int main(int argc, char **argv) {
      * the blocks a superblock of the class holds, counted while the last batch is live. */
     if (!batches(8192, 2048, 4, false, &st)) return 1;
     print_blocks_per_superblock(&st, 8192);
+  } else if (strcmp(mode, "growspares") == 0) {
+    /* 100 batches of 512 blocks of 8 KiB (4 a superblock at first), each freed in a shuffled
+     * order before the next (so that sb_cycle, which counts only superblocks a batch freed in
+     * order, does not grow them): 4 MiB, past K but within K and the spares (6 MiB after a
+     * heap's first burst), so the empty superblocks past K wait as spares and serve the next
+     * batch, some 80 a batch; one a batch (the streak's first) goes to the page heap, fewer in
+     * all than the 128 fresh ones that would grow the class. Then the blocks a superblock of
+     * the class holds, counted while the last batch is live. */
+    if (!batches(8192, 512, 100, true, &st)) return 1;
+    print_blocks_per_superblock(&st, 8192);
   } else if (strcmp(mode, "shared") == 0 || strcmp(mode, "unshared") == 0) {
     /* More than max(63, 8 per CPU) threads with a heap: the classes above 256 B come from
      * heaps the threads share, so far fewer superblocks of the 3 KiB class, and of the
