@@ -3245,7 +3245,7 @@ static void *borrow(trove_heap_t *h, size_t cls) {
  * their noise, in time and peak RSS (docs/BENCHMARKS.md, sixty-first session). Not for 2
  * blocks a superblock (above 16 KiB, size_class.c): counted so, workset-wide (a random
  * working set up to 32 KiB) grew its 32 KiB class and its peak RSS 7% (12.7 -> 13.6 MiB).
- * An empty one past K may instead wait in the heap's spares (spare superblocks, below) and
+ * An empty one past K may instead wait in the heap's spares (spare superblocks, above) and
  * serve the next burst from there: that round trip counts as one through the page heap does
  * (release_empty sets `churn` before it tries the spares, find_superblock_rest counts a
  * spare of the class taken back). Until the sixty-eighth session only fresh ones counted,
