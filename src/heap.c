@@ -2693,13 +2693,6 @@ static trove_heap_t *thread_heap_init(trove_heap_t *want) {
   _trove_init();
   trove_heap_t *h = heap_acquire(want);
   if (h == NULL) return NULL;
-  /* others_fresh counts from here: the fresh pages other threads took before this one
-   * began (a main thread's first mallocs, before it starts its workers) are not pages they
-   * are taking now. Counted from 0, they held a new thread's spares off and its medium
-   * cache down for its first 1/8 purge delay: rptest with one worker (0.06 s) sent 12k
-   * superblocks through the page heap instead of 1.2k, and a ring of 64-256 KiB buffers
-   * (handoff-medium -t 1) peaked at 69 MiB instead of 49. */
-  h->fresh_seen = _trove_pages_fresh();
   if (crowded() != h->coarse) coarse_set(h, !h->coarse);
   _trove_tls_heap = h;
   _trove_tls_free = (trove_heap_t *)((uintptr_t)h | h->parking);   /* a parked heap taken over */

@@ -198,11 +198,6 @@ for mode, lo, hi in spares_cap:
     p = run(mode)
     check("%s: %d-%d KiB of spares" % (mode, lo, hi),
           lo <= value(p.stdout, "spare_kib") <= hi, p.stdout[-300:])
-# in a thread started after the main thread's first malloc took fresh pages, the same:
-# pages taken before the thread began are not others taking pages now (others_fresh; a
-# long purge delay, so that their 1/8 would still cover the burst)
-check("a worker after the main thread's first malloc keeps its spares",
-      value(run("spareworker", TROVE_PURGE_DELAY_MS=60000).stdout, "spare_kib") >= 1024)
 check("with TROVE_DIRTY_MAX_MB set, no spares",
       value(run("spares", TROVE_DIRTY_MAX_MB=64).stdout, "spare_kib") == 0)
 check("with TROVE_BLOWUP_K=0, no spares",

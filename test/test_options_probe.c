@@ -309,20 +309,6 @@ static bool batches(size_t size, int per, int rounds, bool shuffle, trove_stats_
   return true;
 }
 
-/* probe spareworker: a streak of 300 blocks of 12 KiB built and freed, then the heap's
- * spare superblocks, read before the thread exits (its exit gives them back) */
-static size_t spare_worker_kib;
-static void *spare_worker(void *arg) {
-  static void *p[300];
-  for (size_t i = 0; i < 300; i++)
-    if ((p[i] = trove_malloc(12000)) == NULL) return arg;
-  for (size_t i = 0; i < 300; i++) trove_free(p[i]);
-  trove_stats_t st;
-  trove_stats_get(&st);
-  spare_worker_kib = st.spare_bytes >> 10;
-  return arg;
-}
-
 static pthread_t *start_threads(int n, void *(*fn)(void *)) {
   pthread_t *t = malloc(sizeof *t * (size_t)n);
   pthread_attr_t attr;
@@ -846,18 +832,6 @@ int main(int argc, char **argv) {
     }
     trove_stats_get(&st);
     printf("spare_kib=%zu\n", st.spare_bytes >> 10);
-  } else if (strcmp(mode, "spareworker") == 0) {
-    /* The same streak of 300 blocks of 12 KiB, once, in a thread started after the main
-     * thread took a fresh superblock (its first malloc, kept): pages another thread took
-     * before this one began are not pages other threads are taking now (others_fresh), and
-     * the burst's empty superblocks past K wait as spares as in a thread alone. */
-    void *keep = trove_malloc(64);
-    if (keep == NULL) return 1;
-    pthread_t t;
-    if (pthread_create(&t, NULL, spare_worker, NULL) != 0) return 1;
-    pthread_join(t, NULL);
-    trove_free(keep);
-    printf("spare_kib=%zu\n", spare_worker_kib);
   } else if (strcmp(mode, "largetail") == 0) {
     /* 8 buffers of 16 MiB freed, then 8 of 1.5 MiB that reuse their mappings: a reused
      * mapping keeps its tail only while the tails of live buffers fit the resident budget. */
